@@ -1,0 +1,148 @@
+"""Build (or reuse) the myops extension for the torch in the running interpreter.
+
+One call, no hand steps: `python -m ops.build` or `ops.load()`. The build lives under
+build/ops/<torch-tag>/ and ninja reuses it when nothing changed. Next to the library we record
+what matters when it later fails to load: torch version, the CXX11 ABI flag, compiler and nvcc.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+KERNELS = REPO / "kernels"
+CSRC = Path(__file__).resolve().parent / "csrc"
+BUILD_ROOT = Path(os.environ.get("MYOPS_BUILD_DIR", REPO / "build" / "ops"))
+LIB_NAME = "myops_swish"
+INFO_FILE = "build_info.json"
+
+
+def _first_line(cmd: list[str]) -> str | None:
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    lines = [line for line in out.splitlines() if line.strip()]
+    return lines[-1].strip() if cmd[-1] == "--version" and "nvcc" in cmd[0] else (lines[0].strip() if lines else None)
+
+
+def torch_facts() -> dict:
+    import torch
+
+    return {
+        "torch": torch.__version__,
+        "torch_cuda": torch.version.cuda,
+        "cxx11_abi": int(torch._C._GLIBCXX_USE_CXX11_ABI),
+        "python": platform.python_version(),
+    }
+
+
+def build_tag(facts: dict) -> str:
+    device = f"cu{facts['torch_cuda'].replace('.', '')}" if facts["torch_cuda"] else "cpu"
+    return f"torch{facts['torch']}-{device}-abi{facts['cxx11_abi']}-py{sys.version_info.major}{sys.version_info.minor}"
+
+
+def _cuda_wanted(facts: dict) -> bool:
+    from torch.utils.cpp_extension import CUDA_HOME
+
+    if os.environ.get("MYOPS_NO_CUDA") == "1" or not facts["torch_cuda"]:
+        return False
+    if CUDA_HOME is None:
+        raise RuntimeError(
+            f"torch {facts['torch']} is a CUDA {facts['torch_cuda']} build but no CUDA toolkit (nvcc) was found. "
+            "Install the toolkit and set CUDA_HOME, or set MYOPS_NO_CUDA=1 to build the CPU kernels only."
+        )
+    return True
+
+
+def _check_cuda_major(facts: dict) -> str:
+    from torch.utils.cpp_extension import CUDA_HOME
+
+    nvcc = str(Path(CUDA_HOME) / "bin" / "nvcc")
+    line = _first_line([nvcc, "--version"]) or ""
+    # e.g. "Build cuda_13.0.r13.0/compiler.36424714_0"
+    version = line.split("cuda_")[-1].split(".r")[0] if "cuda_" in line else "unknown"
+    if version.split(".")[0] != facts["torch_cuda"].split(".")[0]:
+        raise RuntimeError(
+            f"nvcc is CUDA {version} but torch was built with CUDA {facts['torch_cuda']}: the major versions must match. "
+            "Point CUDA_HOME at a matching toolkit or install the torch build for your CUDA."
+        )
+    return version
+
+
+def _openmp_flags() -> list[str]:
+    # NOTE: at::parallel_for is inline; under ATen's OpenMP backend it only splits work when the
+    # extension itself is compiled with -fopenmp, otherwise every call silently runs on one thread.
+    import torch
+
+    return ["-fopenmp"] if "OpenMP" in torch.__config__.parallel_info().split("ATen parallel backend:")[-1].splitlines()[0] else []
+
+
+def build(verbose: bool = False) -> Path:
+    """Compile if needed; return the path of the shared library."""
+    from torch.utils import cpp_extension
+
+    facts = torch_facts()
+    with_cuda = _cuda_wanted(facts)
+    nvcc_version = _check_cuda_major(facts) if with_cuda else None
+    build_dir = BUILD_ROOT / build_tag(facts)
+    build_dir.mkdir(parents=True, exist_ok=True)
+
+    sources = [CSRC / "swish.cpp"]
+    if with_cuda:
+        sources += [CSRC / "cuda" / "swish_cuda.cu", KERNELS / "swish_cuda.cu"]
+    print(f"[ops.build] {LIB_NAME}: {'CPU+CUDA' if with_cuda else 'CPU'} build in {build_dir}", file=sys.stderr)
+    started = time.perf_counter()
+    lib = cpp_extension.load(
+        name=LIB_NAME,
+        sources=[str(s) for s in sources],
+        extra_include_paths=[str(KERNELS)],
+        extra_cflags=["-O3", "-std=c++17", *_openmp_flags()],
+        extra_ldflags=_openmp_flags(),
+        extra_cuda_cflags=["-O3", "-std=c++17"],
+        build_directory=str(build_dir),
+        with_cuda=with_cuda,
+        is_python_module=False,
+        verbose=verbose,
+    )
+    so_path = Path(lib) if isinstance(lib, (str, os.PathLike)) else build_dir / f"{LIB_NAME}.so"
+    info = {
+        **facts,
+        "library": str(so_path),
+        "with_cuda": with_cuda,
+        "nvcc": nvcc_version,
+        "torch_cuda_arch_list": os.environ.get("TORCH_CUDA_ARCH_LIST") if with_cuda else None,
+        "compiler": _first_line([os.environ.get("CXX", "c++"), "--version"]),
+        "built_seconds": round(time.perf_counter() - started, 2),
+    }
+    _write_json_atomically(build_dir / INFO_FILE, info)
+    return so_path
+
+
+def _write_json_atomically(path: Path, data: dict) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+
+
+def build_info() -> dict:
+    """What the current environment's build recorded (empty when never built)."""
+    path = BUILD_ROOT / build_tag(torch_facts()) / INFO_FILE
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def main() -> int:
+    path = build(verbose="-v" in sys.argv)
+    print(json.dumps(build_info(), indent=2, sort_keys=True))
+    print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,49 @@
+"""Python side of myops::swish: the public function, its fake (meta) kernel and autograd.
+
+Gradients flow to x only: beta is a float attribute of the op (as it is in ONNX), not a tensor.
+"""
+from __future__ import annotations
+
+import torch
+
+_registered = False
+
+
+def reference(x: torch.Tensor, beta: float = 1.0) -> torch.Tensor:
+    """The composite the op replaces; the ground truth of alignment layer 1."""
+    return x * torch.sigmoid(beta * x)
+
+
+def swish(x: torch.Tensor, beta: float = 1.0) -> torch.Tensor:
+    """y = x * sigmoid(beta * x) as one fused op."""
+    return torch.ops.myops.swish(x, beta)
+
+
+def _setup_context(ctx, inputs, output):
+    x, beta = inputs
+    ctx.save_for_backward(x)
+    ctx.beta = beta
+
+
+def _backward(ctx, grad):
+    (x,) = ctx.saved_tensors
+    return torch.ops.myops.swish_backward(grad, x, ctx.beta), None
+
+
+def register_python_parts() -> None:
+    """Fake kernels (torch.compile / torch.export) and autograd; idempotent."""
+    global _registered
+    if _registered:
+        return
+
+    @torch.library.register_fake("myops::swish")
+    def _swish_fake(x, beta=1.0):
+        return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+    @torch.library.register_fake("myops::swish_backward")
+    def _swish_backward_fake(grad, x, beta):
+        torch._check(grad.shape == x.shape, lambda: f"myops::swish_backward: grad shape {grad.shape} != x shape {x.shape}")
+        return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+    torch.library.register_autograd("myops::swish", _backward, setup_context=_setup_context)
+    _registered = True

@@ -1,0 +1,106 @@
+"""Configure and build the ORT plugin with CMake: `python -m ort_plugin.build [--cuda ON|OFF|AUTO]`.
+
+The build dir is keyed by the header version and the CUDA choice and is reused (CMake/make only
+redo what changed). Next to the library goes build_info.json: which headers and C API version,
+compiler, whether CUDA kernels are in and for which architectures.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from . import headers as ort_headers
+
+PLUGIN_DIR = Path(__file__).resolve().parent
+REPO = PLUGIN_DIR.parent
+BUILD_ROOT = Path(os.environ.get("MYOPS_PLUGIN_BUILD_DIR", REPO / "build" / "ort_plugin"))
+LIBRARY_NAME = "libmyops_ort.so"
+INFO_FILE = "build_info.json"
+
+
+class BuildError(RuntimeError):
+    pass
+
+
+def _run(cmd: list[str], *, log) -> str:
+    log("[ort_plugin] " + " ".join(cmd))
+    result = subprocess.run(cmd, capture_output=True, text=True)
+    if result.returncode != 0:
+        tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-25:])
+        raise BuildError(f"command failed ({result.returncode}): {' '.join(cmd)}\n{tail}")
+    return result.stdout
+
+
+def build_dir_for(cuda: str, headers_version: str) -> Path:
+    return BUILD_ROOT / f"ort{headers_version}-cuda{cuda.lower()}"
+
+
+def build(*, cuda: str = "AUTO", include_dir: str | None = None, log=print) -> Path:
+    """Build if needed; return the path of the plugin library."""
+    cuda = cuda.upper()
+    if cuda not in {"ON", "OFF", "AUTO"}:
+        raise BuildError(f"cuda must be ON, OFF or AUTO; got {cuda!r}")
+    if shutil.which("cmake") is None:
+        raise BuildError("cmake is not installed: install it (apt-get install cmake, or pip install cmake)")
+    found = ort_headers.resolve(include_dir, log=log)
+    build_dir = build_dir_for(cuda, found.version)
+    configure = [
+        "cmake", "-S", str(PLUGIN_DIR), "-B", str(build_dir),
+        "-DCMAKE_BUILD_TYPE=Release", f"-DORT_INCLUDE_DIR={found.include_dir}", f"-DMYOPS_CUDA={cuda}",
+    ]
+    _run(configure, log=log)
+    _run(["cmake", "--build", str(build_dir), "-j", str(os.cpu_count() or 2)], log=log)
+    library = build_dir / LIBRARY_NAME
+    cache = (build_dir / "CMakeCache.txt").read_text()
+    info = {
+        "library": str(library),
+        "library_sha256": hashlib.sha256(library.read_bytes()).hexdigest(),
+        "ort_headers_version": found.version,
+        "ort_headers_source": found.source,
+        "ort_api_version": found.api_version,
+        "with_cuda": _cache_value(cache, "MYOPS_WITH_CUDA") == "ON",
+        "cuda_compiler_version": _cache_value(cache, "MYOPS_CUDA_VERSION"),
+        "cuda_architectures": _cache_value(cache, "CMAKE_CUDA_ARCHITECTURES"),
+        "compiler": _first_line([_cache_value(cache, "CMAKE_CXX_COMPILER") or "c++", "--version"]),
+    }
+    tmp = build_dir / (INFO_FILE + ".tmp")
+    tmp.write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, build_dir / INFO_FILE)
+    return library
+
+
+def _cache_value(cache: str, key: str) -> str | None:
+    match = re.search(rf"^{re.escape(key)}:[A-Z]+=(.*)$", cache, flags=re.M)
+    return match.group(1) if match else None
+
+
+def _first_line(cmd: list[str]) -> str | None:
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=30).stdout.splitlines()[0].strip()
+    except (OSError, IndexError, subprocess.SubprocessError):
+        return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cuda", default="AUTO", choices=["ON", "OFF", "AUTO"], help="build the CUDA kernels")
+    parser.add_argument("--ort-include-dir", help="use these ORT headers instead of the pinned ones")
+    args = parser.parse_args(argv)
+    try:
+        library = build(cuda=args.cuda, include_dir=args.ort_include_dir, log=lambda m: print(m, file=sys.stderr))
+    except (BuildError, ort_headers.HeadersNotFound) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(library)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,54 @@
+// Shared by every kernel file of the plugin: the ORT C++ API set up for manual init (the entry
+// point initialises it from the OrtApiBase ORT passes in), the domain name, and error plumbing.
+#pragma once
+
+#define ORT_API_MANUAL_INIT
+#include <onnxruntime_cxx_api.h>
+#undef ORT_API_MANUAL_INIT
+
+#include <exception>
+#include <string>
+
+#define MYOPS_EXPORT __attribute__((visibility("default")))
+
+namespace myops {
+
+// Case-sensitive: an ONNX node must say exactly this domain and op name to reach our kernels.
+inline constexpr const char* kDomain = "myops";
+inline constexpr const char* kSwishName = "Swish";
+inline constexpr float kDefaultBeta = 1.0f;
+
+// Runs `body` (returning Ort::Status) and turns any exception into an OrtStatus*, so that
+// nothing is thrown across ORT's C boundary.
+template <typename Body>
+OrtStatus* GuardStatus(Body&& body) noexcept {
+  try {
+    return body().release();
+  } catch (const Ort::Exception& e) {
+    return Ort::Status(e.what(), e.GetOrtErrorCode()).release();
+  } catch (const std::exception& e) {
+    return Ort::Status(e.what(), ORT_FAIL).release();
+  }
+}
+
+// The optional float attribute `beta`; absent means 1.0, any other failure (e.g. beta given as
+// an int) is an error that names the attribute.
+inline OrtStatus* ReadBeta(const OrtApi& api, const OrtKernelInfo* info, float* beta) {
+  Ort::ConstKernelInfo kernel_info{info};
+  *beta = kDefaultBeta;
+  OrtStatus* status = api.KernelInfoGetAttribute_float(info, "beta", beta);
+  if (status == nullptr) return nullptr;
+  const std::string message = api.GetErrorMessage(status);
+  api.ReleaseStatus(status);
+  if (message.find("No attribute") != std::string::npos || message.find("not found") != std::string::npos) {
+    *beta = kDefaultBeta;
+    return nullptr;
+  }
+  return Ort::Status(("myops::Swish (node " + kernel_info.GetNodeName() +
+                      "): attribute 'beta' must be a float; ORT said: " + message)
+                         .c_str(),
+                     ORT_INVALID_ARGUMENT)
+      .release();
+}
+
+}  // namespace myops

@@ -1,0 +1,86 @@
+// myops::Swish on CPUExecutionProvider: float32, vectorised (kernels/swish.h), split into chunks
+// on ORT's own intra-op thread pool. The kernel keeps only the node's beta: no per-call state.
+#include "cpu/swish_op.h"
+
+#include <cstdint>
+
+#include "swish.h"
+
+namespace myops {
+namespace cpu {
+namespace {
+
+// Elements per ParallelFor task: large enough to amortise the hand-off, small enough to balance.
+constexpr int64_t kChunk = 32768;
+
+struct ForwardJob {
+  const float* x;
+  float* y;
+  int64_t n;
+  float beta;
+};
+
+void RunChunk(void* data, size_t chunk) {
+  const auto* job = static_cast<const ForwardJob*>(data);
+  const int64_t begin = static_cast<int64_t>(chunk) * kChunk;
+  const int64_t count = job->n - begin < kChunk ? job->n - begin : kChunk;
+  swish::forward_span(job->x + begin, job->y + begin, count, job->beta);
+}
+
+struct SwishKernel {
+  float beta;
+
+  OrtStatusPtr ComputeV2(OrtKernelContext* raw_context) const {
+    return GuardStatus([&] {
+      Ort::KernelContext context{raw_context};
+      const Ort::ConstValue input = context.GetInput(0);
+      const Ort::TensorTypeAndShapeInfo info = input.GetTensorTypeAndShapeInfo();
+      if (info.GetElementType() != ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT) {
+        return Ort::Status("myops::Swish (CPU): X must be float32", ORT_INVALID_ARGUMENT);
+      }
+      const auto shape = info.GetShape();
+      Ort::UnownedValue output = context.GetOutput(0, shape);
+      // NOTE: the output buffer belongs to ORT; we only write into it.
+      ForwardJob job{input.GetTensorData<float>(), output.GetTensorMutableData<float>(),
+                     static_cast<int64_t>(info.GetElementCount()), beta};
+      const auto chunks = static_cast<size_t>((job.n + kChunk - 1) / kChunk);
+      if (chunks <= 1) {
+        swish::forward_span(job.x, job.y, job.n, job.beta);
+      } else {
+        context.ParallelFor(&RunChunk, chunks, 0, &job);
+      }
+      return Ort::Status{nullptr};
+    });
+  }
+};
+
+struct SwishOp : Ort::CustomOpBase<SwishOp, SwishKernel, /*WithStatus=*/true> {
+  OrtStatusPtr CreateKernelV2(const OrtApi& api, const OrtKernelInfo* info, void** kernel) const {
+    float beta = kDefaultBeta;
+    if (OrtStatus* status = ReadBeta(api, info, &beta)) return status;
+    *kernel = new SwishKernel{beta};
+    return nullptr;
+  }
+
+  const char* GetName() const { return kSwishName; }
+  const char* GetExecutionProviderType() const { return "CPUExecutionProvider"; }
+  size_t GetInputTypeCount() const { return 1; }
+  ONNXTensorElementDataType GetInputType(size_t) const { return ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT; }
+  size_t GetOutputTypeCount() const { return 1; }
+  ONNXTensorElementDataType GetOutputType(size_t) const { return ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT; }
+
+  // Y has X's shape, symbolic dims included, so shapes stay known downstream.
+  static Ort::Status InferOutputShape(Ort::ShapeInferContext& context) {
+    return context.SetOutputShape(0, context.GetInputShape(0));
+  }
+};
+
+}  // namespace
+
+void RegisterOps(Ort::CustomOpDomain& domain) {
+  static const SwishOp swish_op;
+  domain.Add(&swish_op);
+}
+
+}  // namespace cpu
+}  // namespace myops
