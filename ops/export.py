@@ -1,0 +1,403 @@
+"""Export myops::swish models to ONNX with either exporter and either lowering, then check them.
+
+    python -m ops.export --model ffn --exporter dynamo --lowering custom --opset 18 -o out.onnx
+
+Exporters:  torchscript (dynamo=False, register_custom_op_symbolic + custom_opsets)
+            dynamo      (torch.export, custom_translation_table with onnxscript)
+Lowerings:  custom      one myops::Swish node (float attribute beta), opset import myops:1
+            decomposed  standard ops only: Mul(x, Sigmoid(beta*x)), or ONNX Swish where the opset
+                        has it (>= 24) and the installed onnxruntime runs it.
+Every file is checked (onnx.checker, exact activation nodes, opset imports, dynamic batch/seq
+axes) before it is moved into place; a failed check leaves no file behind.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import hashlib
+import importlib
+import json
+import os
+import sys
+import tempfile
+import warnings
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import onnx
+import onnx.version_converter
+import torch
+
+from . import load as load_extension
+from .swish import swish
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_OUT_DIR = REPO / "build" / "onnx"
+DOMAIN = "myops"
+DOMAIN_VERSION = 1
+EXPORTERS = ("torchscript", "dynamo")
+LOWERINGS = ("custom", "decomposed")
+MODELS = ("swish", "ffn")
+FIRST_STANDARD_SWISH_OPSET = 24
+# Default-domain opsets each exporter can emit with this torch (TorchScript stops at 20; the
+# dynamo exporter builds at 18 and converts with onnxscript, whose converter spans 18..its max).
+TORCHSCRIPT_MAX_OPSET = 20
+DYNAMO_MIN_OPSET = 18
+INPUT_NAME, OUTPUT_NAME = "x", "y"
+DYNAMIC_AXES = {0: "batch", 1: "seq"}
+# Nodes the FFN's two Linear layers may lower to; everything else must be the activation.
+LINEAR_OPS = {"MatMul", "Add", "Gemm", "Transpose", "Reshape"}
+ACTIVATION_OPS = {"Sigmoid", "Mul", "Swish", "HardSwish", "QuickGelu"}
+
+
+class ExportError(RuntimeError):
+    """Export impossible or the exported graph is not what was asked for; says which and why."""
+
+
+# ---------------------------------------------------------------- models
+
+class SwishActivation(torch.nn.Module):
+    def __init__(self, beta: float = 1.0):
+        super().__init__()
+        self.beta = beta
+
+    def forward(self, x):
+        return swish(x, self.beta)
+
+
+class SwishFFN(torch.nn.Module):
+    """Transformer feed-forward block: Linear(h -> 4h), Swish, Linear(4h -> h)."""
+
+    def __init__(self, hidden: int = 768, inner: int = 3072, beta: float = 1.0):
+        super().__init__()
+        self.up = torch.nn.Linear(hidden, inner)
+        self.down = torch.nn.Linear(inner, hidden)
+        self.beta = beta
+
+    def forward(self, x):
+        return self.down(swish(self.up(x), self.beta))
+
+
+def build_model(name: str, *, beta: float = 1.0, hidden: int = 768, seed: int = 0) -> torch.nn.Module:
+    """Deterministic weights: the same seed gives the same model on every machine."""
+    if name not in MODELS:
+        raise ExportError(f"unknown model {name!r}; choose one of {', '.join(MODELS)}")
+    torch.manual_seed(seed)
+    model = SwishActivation(beta) if name == "swish" else SwishFFN(hidden, 4 * hidden, beta)
+    return model.eval()
+
+
+def sample_input(batch: int = 2, seq: int = 16, hidden: int = 768, *, seed: int = 1) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randn(batch, seq, hidden, generator=generator)
+
+
+# ---------------------------------------------------------------- onnxruntime facts
+
+@functools.lru_cache(maxsize=None)
+def ort_runs(opset: int, op_type: str = "Relu", **attributes) -> bool:
+    """Whether the installed onnxruntime loads and runs `op_type` at `opset` (a tiny probe graph)."""
+    import numpy as np
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    node = helper.make_node(op_type, ["x"], ["y"], **attributes)
+    graph = helper.make_graph([node], "probe", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = min(model.ir_version, 10)
+    options = ort.SessionOptions()
+    options.log_severity_level = 4
+    try:
+        session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        session.run(None, {"x": np.zeros(2, np.float32)})
+    except Exception:  # onnxruntime's own exception types; a failure is the answer
+        return False
+    return True
+
+
+def dynamo_max_opset() -> int:
+    try:
+        from onnxscript.version_converter._version_converter import SUPPORTED_MAX_ONNX_OPSET
+    except ImportError:
+        from torch.onnx._constants import ONNX_MAX_OPSET as SUPPORTED_MAX_ONNX_OPSET
+    return SUPPORTED_MAX_ONNX_OPSET
+
+
+def newest_opset(exporter: str) -> int:
+    """The newest opset that this exporter, the installed onnx and onnxruntime all support."""
+    top = onnx.defs.onnx_opset_version()
+    top = min(top, TORCHSCRIPT_MAX_OPSET if exporter == "torchscript" else dynamo_max_opset())
+    for opset in range(top, 16, -1):
+        if ort_runs(opset):
+            return opset
+    raise ExportError("the installed onnxruntime runs no opset >= 17")
+
+
+def default_opsets(exporter: str) -> list[int]:
+    return sorted({17, 18, newest_opset(exporter)})
+
+
+def uses_standard_swish(opset: int) -> bool:
+    return opset >= FIRST_STANDARD_SWISH_OPSET and ort_runs(opset, "Swish", alpha=1.0)
+
+
+# ---------------------------------------------------------------- ONNX schema of myops::Swish
+
+def register_onnx_schema() -> None:
+    """Teach onnx (checker, onnxscript) the op: one float tensor in, same shape out, attribute beta."""
+    if onnx.defs.has("Swish", DOMAIN):
+        return
+    # NOTE: onnx.reference indexes all schemas by bare name when first imported and refuses two
+    # "Swish" (ai.onnx:24 and ours); onnxscript's optimizer imports it, so index before we register.
+    importlib.import_module("onnx.reference")
+    from onnx.defs import OpSchema
+
+    schema = OpSchema(
+        "Swish", DOMAIN, DOMAIN_VERSION,
+        doc="Y = X * sigmoid(beta * X)",
+        inputs=[OpSchema.FormalParameter("X", "T")],
+        outputs=[OpSchema.FormalParameter("Y", "T")],
+        type_constraints=[("T", ["tensor(float)", "tensor(float16)", "tensor(bfloat16)"], "floating tensors")],
+        attributes=[OpSchema.Attribute("beta", onnx.helper.make_attribute("beta", 1.0), "coefficient of x in the sigmoid")],
+    )
+    onnx.defs.register_schema(schema)
+
+
+# ---------------------------------------------------------------- TorchScript exporter
+
+def _torchscript_symbolic(lowering: str):
+    from torch.onnx import symbolic_helper
+
+    @symbolic_helper.parse_args("v", "f")
+    def custom(g, x, beta):
+        y = g.op(f"{DOMAIN}::Swish", x, beta_f=beta)
+        y.setType(x.type())  # output has x's type and shape: no "shape inference missing" warning
+        return y
+
+    @symbolic_helper.parse_args("v", "f")
+    def decomposed(g, x, beta):
+        z = x if beta == 1.0 else g.op("Mul", x, g.op("Constant", value_t=torch.tensor(beta, dtype=torch.float32)))
+        y = g.op("Mul", x, g.op("Sigmoid", z))
+        y.setType(x.type())
+        return y
+
+    return custom if lowering == "custom" else decomposed
+
+
+def _export_torchscript(model, example, path: Path, *, lowering: str, opset: int) -> None:
+    if not hasattr(torch.onnx, "register_custom_op_symbolic"):
+        raise ExportError(f"torch {torch.__version__} has no TorchScript ONNX exporter (dynamo=False): use --exporter dynamo")
+    if opset > TORCHSCRIPT_MAX_OPSET:
+        raise ExportError(f"the TorchScript exporter stops at opset {TORCHSCRIPT_MAX_OPSET}; got {opset}: use --exporter dynamo")
+    name = f"{DOMAIN}::swish"
+    # NOTE: the symbolic's own opset (1 here) must be <= the export opset, and it is looked up by
+    # the exact schema name of TORCH_LIBRARY: "myops::swish".
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # unregistering a name never registered warns
+        torch.onnx.unregister_custom_op_symbolic(name, 1)
+    torch.onnx.register_custom_op_symbolic(name, _torchscript_symbolic(lowering), 1)
+    try:
+        torch.onnx.export(
+            model, (example,), str(path), dynamo=False, opset_version=opset,
+            input_names=[INPUT_NAME], output_names=[OUTPUT_NAME],
+            dynamic_axes={INPUT_NAME: DYNAMIC_AXES, OUTPUT_NAME: DYNAMIC_AXES},
+            custom_opsets={DOMAIN: DOMAIN_VERSION} if lowering == "custom" else None,
+        )
+    finally:
+        torch.onnx.unregister_custom_op_symbolic(name, 1)
+
+
+# ---------------------------------------------------------------- torch.export (dynamo) exporter
+
+def _dynamo_translation(lowering: str, opset: int):
+    import onnxscript
+
+    if lowering == "custom":
+        register_onnx_schema()
+        myops = onnxscript.values.Opset(DOMAIN, DOMAIN_VERSION)
+
+        def custom(x, beta: float = 1.0):
+            return myops.Swish(x, beta=beta)
+
+        return custom
+
+    if uses_standard_swish(opset):
+        standard = onnxscript.values.Opset("", opset)
+
+        def standard_swish(x, beta: float = 1.0):
+            return standard.Swish(x, alpha=beta)
+
+        return standard_swish
+
+    from onnxscript import opset18 as op
+
+    def decomposed(x, beta: float = 1.0):
+        z = x if beta == 1.0 else op.Mul(x, op.Constant(value_float=beta))
+        return op.Mul(x, op.Sigmoid(z))
+
+    return decomposed
+
+
+def _export_dynamo(model, example, path: Path, *, lowering: str, opset: int) -> None:
+    try:
+        import onnxscript
+    except ImportError as exc:
+        raise ExportError("the dynamo exporter needs onnxscript: pip install onnxscript (or use --exporter torchscript)") from exc
+    try:
+        from torch.export import Dim
+    except ImportError as exc:
+        raise ExportError(f"torch {torch.__version__} has no torch.export: use --exporter torchscript") from exc
+    if opset > dynamo_max_opset():
+        raise ExportError(f"the dynamo exporter (onnxscript {onnxscript.__version__}) stops at opset {dynamo_max_opset()}; got {opset}")
+    build_opset = max(opset, DYNAMO_MIN_OPSET)
+    program = torch.onnx.export(
+        model, (example,), dynamo=True, opset_version=build_opset,
+        input_names=[INPUT_NAME], output_names=[OUTPUT_NAME],
+        dynamic_shapes={INPUT_NAME: {axis: Dim(name) for axis, name in DYNAMIC_AXES.items()}},
+        custom_translation_table={torch.ops.myops.swish.default: _dynamo_translation(lowering, build_opset)},
+        verbose=False,
+    )
+    proto = program.model_proto
+    if build_opset != opset:
+        # Below 18 the dynamo exporter has no implementations; onnx's own converter (which keeps
+        # custom-domain nodes as they are) takes the graph down.
+        warnings.warn(f"exported at opset {build_opset}, converted to {opset} with onnx.version_converter")
+        proto = onnx.version_converter.convert_version(proto, opset)
+    onnx.save(proto, str(path))
+
+
+# ---------------------------------------------------------------- checks
+
+def describe(model: onnx.ModelProto) -> str:
+    nodes = Counter(f"{n.domain + '::' if n.domain else ''}{n.op_type}" for n in model.graph.node)
+    imports = ", ".join(f"{o.domain or 'ai.onnx'}:{o.version}" for o in model.opset_import)
+    return f"nodes {dict(sorted(nodes.items()))}; opset imports {imports}"
+
+
+def expected_activation(lowering: str, opset: int, beta: float, exporter: str) -> Counter:
+    if lowering == "custom":
+        return Counter({f"{DOMAIN}::Swish": 1})
+    if exporter == "dynamo" and uses_standard_swish(opset):
+        return Counter({"Swish": 1})
+    return Counter({"Sigmoid": 1, "Mul": 1 if beta == 1.0 else 2})
+
+
+def check_graph(model: onnx.ModelProto, *, model_name: str, lowering: str, opset: int, beta: float, exporter: str) -> None:
+    """Raise ExportError, printing what the graph holds, unless it is exactly what was asked for."""
+    register_onnx_schema()
+    try:
+        onnx.checker.check_model(model)
+    except onnx.checker.ValidationError as exc:
+        raise ExportError(f"onnx.checker rejected the export: {exc}") from exc
+    problems = []
+    nodes = [f"{n.domain + '::' if n.domain else ''}{n.op_type}" for n in model.graph.node if n.op_type != "Constant"]
+    activation = Counter(n for n in nodes if n.startswith(DOMAIN + "::") or n in ACTIVATION_OPS)
+    expected = expected_activation(lowering, opset, beta, exporter)
+    if activation != expected:
+        problems.append(f"activation nodes {dict(activation)} != expected {dict(expected)}")
+    allowed_rest = LINEAR_OPS if model_name == "ffn" else set()
+    stray = sorted({n for n in nodes if n not in activation and n not in allowed_rest})
+    if stray:
+        problems.append(f"unexpected nodes {stray}")
+    imports = {o.domain: o.version for o in model.opset_import}
+    if imports.get("", imports.get("ai.onnx")) != opset:
+        problems.append(f"default-domain opset {imports.get('')} != requested {opset}")
+    if lowering == "custom" and imports.get(DOMAIN) != DOMAIN_VERSION:
+        problems.append(f"missing opset import {DOMAIN}:{DOMAIN_VERSION}")
+    if lowering == "decomposed" and DOMAIN in imports and any(n.startswith(DOMAIN) for n in nodes):
+        problems.append(f"decomposed graph still uses the {DOMAIN} domain")
+    for value in (*model.graph.input, *model.graph.output):
+        dims = value.type.tensor_type.shape.dim
+        dynamic = [i for i, d in enumerate(dims) if d.dim_param]
+        if dynamic[:2] != [0, 1]:
+            problems.append(f"{value.name}: batch/seq axes not dynamic (dims {[d.dim_param or d.dim_value for d in dims]})")
+    if problems:
+        raise ExportError("exported graph is not what was asked for: " + "; ".join(problems) + f"\n  graph holds: {describe(model)}")
+
+
+# ---------------------------------------------------------------- entry point
+
+@dataclass
+class ExportResult:
+    path: str
+    model: str
+    exporter: str
+    lowering: str
+    opset: int
+    beta: float
+    sha256: str
+    export_shape: list[int]
+    graph: str
+    torch: str = torch.__version__
+    onnx: str = onnx.__version__
+    warnings: list[str] = field(default_factory=list)
+
+
+def default_path(model_name: str, exporter: str, lowering: str, opset: int, out_dir: Path = DEFAULT_OUT_DIR) -> Path:
+    return Path(out_dir) / f"{model_name}-{lowering}-{exporter}-opset{opset}.onnx"
+
+
+def export(model_name: str, *, exporter: str = "dynamo", lowering: str = "custom", opset: int = 18,
+           beta: float = 1.0, path: str | os.PathLike | None = None, export_shape=(2, 16, 768), seed: int = 0) -> ExportResult:
+    """Export, check, and atomically write one model; returns what was written and how."""
+    if exporter not in EXPORTERS:
+        raise ExportError(f"unknown exporter {exporter!r}; choose one of {', '.join(EXPORTERS)}")
+    if lowering not in LOWERINGS:
+        raise ExportError(f"unknown lowering {lowering!r}; choose one of {', '.join(LOWERINGS)}")
+    load_extension()
+    path = Path(path) if path else default_path(model_name, exporter, lowering, opset)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    model = build_model(model_name, beta=beta, hidden=export_shape[-1], seed=seed)
+    example = sample_input(*export_shape)
+    with tempfile.TemporaryDirectory(dir=path.parent, prefix=".export-") as tmp:
+        tmp_path = Path(tmp) / path.name
+        with warnings.catch_warnings(record=True) as caught, _quiet():
+            warnings.simplefilter("always")
+            if exporter == "torchscript":
+                _export_torchscript(model, example, tmp_path, lowering=lowering, opset=opset)
+            else:
+                _export_dynamo(model, example, tmp_path, lowering=lowering, opset=opset)
+        proto = onnx.load(str(tmp_path))
+        check_graph(proto, model_name=model_name, lowering=lowering, opset=opset, beta=beta, exporter=exporter)
+        digest = hashlib.sha256(tmp_path.read_bytes()).hexdigest()
+        os.replace(tmp_path, path)
+    return ExportResult(
+        path=str(path), model=model_name, exporter=exporter, lowering=lowering, opset=opset, beta=beta,
+        sha256=digest, export_shape=list(export_shape), graph=describe(proto),
+        warnings=sorted({str(w.message).splitlines()[0] for w in caught}),
+    )
+
+
+@contextlib.contextmanager
+def _quiet():
+    """The dynamo exporter narrates every step on stdout; keep the caller's output readable."""
+    with open(os.devnull, "w") as devnull, contextlib.redirect_stdout(devnull):
+        yield
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Export a myops::swish model to ONNX and check it.")
+    parser.add_argument("--model", choices=MODELS, default="swish")
+    parser.add_argument("--exporter", choices=EXPORTERS, default="dynamo")
+    parser.add_argument("--lowering", choices=LOWERINGS, default="custom")
+    parser.add_argument("--opset", type=int, help="default: every opset of default_opsets(exporter)")
+    parser.add_argument("--beta", type=float, default=1.0)
+    parser.add_argument("-o", "--output", help="output file (only with --opset)")
+    args = parser.parse_args(argv)
+    opsets = [args.opset] if args.opset else default_opsets(args.exporter)
+    try:
+        for opset in opsets:
+            result = export(args.model, exporter=args.exporter, lowering=args.lowering, opset=opset, beta=args.beta,
+                            path=args.output if args.opset else None)
+            print(json.dumps(asdict(result)))
+    except ExportError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
