@@ -51,4 +51,15 @@ inline OrtStatus* ReadBeta(const OrtApi& api, const OrtKernelInfo* info, float* 
       .release();
 }
 
+// Shape inference for elementwise ops: Y gets X's element type and shape, symbolic dims included,
+// so shapes stay known downstream. NOTE: Ort::ShapeInferContext::SetOutputShape of the 1.21 headers
+// marks symbolic dims as -2, which newer runtimes reject; handing ORT back its own description of X
+// works with every version. The info belongs to the context: it is not released here.
+inline OrtStatusPtr ORT_API_CALL SameTypeAndShapeAsInput(const OrtCustomOp*, OrtShapeInferContext* context) {
+  const OrtApi& api = Ort::GetApi();
+  OrtTensorTypeAndShapeInfo* info = nullptr;
+  if (OrtStatus* status = api.ShapeInferContext_GetInputTypeShape(context, 0, &info)) return status;
+  return api.ShapeInferContext_SetOutputTypeShape(context, 0, info);
+}
+
 }  // namespace myops

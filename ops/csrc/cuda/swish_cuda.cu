@@ -1,7 +1,11 @@
 // myops::swish for PyTorch on CUDA: checks, PyTorch's current stream, then the shared launchers
 // of kernels/swish_cuda.cu (the same kernels the ORT plugin runs).
-#include <ATen/cuda/CUDAContext.h>
+// NOTE: c10's stream/guard headers rather than ATen/cuda/CUDAContext.h, which drags in cuBLAS and
+// cuSPARSE headers the kernel does not use (and a bare nvcc install does not have).
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty_like.h>
 #include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
 
 #include "swish_cuda.h"
@@ -12,7 +16,8 @@ namespace {
 void check_cuda_input(const at::Tensor& t, const char* name) {
   TORCH_CHECK(t.is_cuda(), "myops::swish (CUDA): ", name, " must be a CUDA tensor; got ", t.device());
   TORCH_CHECK(t.scalar_type() == at::kFloat || t.scalar_type() == at::kHalf || t.scalar_type() == at::kBFloat16,
-              "myops::swish (CUDA): ", name, " must be float32, float16 or bfloat16; got ", t.scalar_type());
+              "myops::swish (CUDA): ", name, " must be float32, float16 or bfloat16; got torch.",
+              c10::getDtypeNames(t.scalar_type()).first);
 }
 
 swish::cuda::DType to_kernel_dtype(at::ScalarType t) {
@@ -35,7 +40,7 @@ at::Tensor swish_cuda(const at::Tensor& x, double beta) {
   at::Tensor y = at::empty_like(xc, at::MemoryFormat::Contiguous);
   if (xc.numel() == 0) return y;
   check_launch(swish::cuda::forward(xc.const_data_ptr(), y.mutable_data_ptr(), xc.numel(), static_cast<float>(beta),
-                                    to_kernel_dtype(xc.scalar_type()), at::cuda::getCurrentCUDAStream()),
+                                    to_kernel_dtype(xc.scalar_type()), c10::cuda::getCurrentCUDAStream()),
                "swish");
   return y;
 }
@@ -52,7 +57,7 @@ at::Tensor swish_backward_cuda(const at::Tensor& grad, const at::Tensor& x, doub
   if (xc.numel() == 0) return dx;
   check_launch(swish::cuda::backward(gc.const_data_ptr(), xc.const_data_ptr(), dx.mutable_data_ptr(), xc.numel(),
                                      static_cast<float>(beta), to_kernel_dtype(xc.scalar_type()),
-                                     at::cuda::getCurrentCUDAStream()),
+                                     c10::cuda::getCurrentCUDAStream()),
                "swish_backward");
   return dx;
 }

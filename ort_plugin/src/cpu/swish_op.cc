@@ -55,6 +55,8 @@ struct SwishKernel {
 };
 
 struct SwishOp : Ort::CustomOpBase<SwishOp, SwishKernel, /*WithStatus=*/true> {
+  SwishOp() { InferOutputShapeFn = &SameTypeAndShapeAsInput; }
+
   OrtStatusPtr CreateKernelV2(const OrtApi& api, const OrtKernelInfo* info, void** kernel) const {
     float beta = kDefaultBeta;
     if (OrtStatus* status = ReadBeta(api, info, &beta)) return status;
@@ -69,10 +71,6 @@ struct SwishOp : Ort::CustomOpBase<SwishOp, SwishKernel, /*WithStatus=*/true> {
   size_t GetOutputTypeCount() const { return 1; }
   ONNXTensorElementDataType GetOutputType(size_t) const { return ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT; }
 
-  // Y has X's shape, symbolic dims included, so shapes stay known downstream.
-  static Ort::Status InferOutputShape(Ort::ShapeInferContext& context) {
-    return context.SetOutputShape(0, context.GetInputShape(0));
-  }
 };
 
 }  // namespace

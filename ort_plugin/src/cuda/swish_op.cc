@@ -40,6 +40,8 @@ struct SwishKernel {
 
 template <ONNXTensorElementDataType kType>
 struct SwishOp : Ort::CustomOpBase<SwishOp<kType>, SwishKernel<kType>, /*WithStatus=*/true> {
+  SwishOp() { this->InferOutputShapeFn = &SameTypeAndShapeAsInput; }
+
   OrtStatusPtr CreateKernelV2(const OrtApi& api, const OrtKernelInfo* info, void** kernel) const {
     float beta = kDefaultBeta;
     if (OrtStatus* status = ReadBeta(api, info, &beta)) return status;
@@ -53,10 +55,6 @@ struct SwishOp : Ort::CustomOpBase<SwishOp<kType>, SwishKernel<kType>, /*WithSta
   ONNXTensorElementDataType GetInputType(size_t) const { return kType; }
   size_t GetOutputTypeCount() const { return 1; }
   ONNXTensorElementDataType GetOutputType(size_t) const { return kType; }
-
-  static Ort::Status InferOutputShape(Ort::ShapeInferContext& context) {
-    return context.SetOutputShape(0, context.GetInputShape(0), kType);
-  }
 };
 
 }  // namespace
