@@ -1,0 +1,94 @@
+"""Alignment layer 2: the PyTorch model against its ONNX export run by ONNX Runtime.
+
+Every exporter x opset x lowering x model; the plugin serves the custom lowering, plain ORT the
+decomposed one. Inputs have a batch and sequence length different from the export's.
+"""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import onnx
+import pytest
+import torch
+
+from ops import export as E
+
+LAYER2 = dict(rtol=1e-4, atol=1e-5)
+RUN_SHAPE = (3, 7, 768)  # export shape is (2, 16, 768): dynamic axes must really be dynamic
+BETA = {"swish": 1.702, "ffn": 1.0}
+
+
+def cases():
+    for exporter in E.EXPORTERS:
+        for opset, lowering, model in itertools.product(E.default_opsets(exporter), E.LOWERINGS, E.MODELS):
+            yield pytest.param(exporter, opset, lowering, model, id=f"{exporter}-opset{opset}-{lowering}-{model}")
+
+
+@pytest.fixture(scope="module")
+def out_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("onnx")
+
+
+@pytest.mark.parametrize("exporter,opset,lowering,model_name", list(cases()))
+def test_torch_and_ort_agree(ext, plugin_path, out_dir, exporter, opset, lowering, model_name):
+    from ort_plugin import make_session
+
+    beta = BETA[model_name]
+    result = E.export(model_name, exporter=exporter, lowering=lowering, opset=opset, beta=beta,
+                      path=out_dir / f"{model_name}-{lowering}-{exporter}-{opset}.onnx")
+    assert not [w for w in result.warnings if "shape inference" in w.lower()], result.warnings
+    # The decomposed graph must run on a plain onnxruntime, without the plugin.
+    session = make_session(result.path, library=plugin_path) if lowering == "custom" else _plain_session(result.path)
+    x = torch.randn(*RUN_SHAPE, generator=torch.Generator().manual_seed(7)) * 3
+    with torch.no_grad():
+        expected = E.build_model(model_name, beta=beta)(x).numpy()
+    (actual,) = session.run(None, {E.INPUT_NAME: x.numpy()})
+    assert actual.shape == RUN_SHAPE
+    np.testing.assert_allclose(actual, expected, **LAYER2)
+
+
+def _plain_session(path):
+    import onnxruntime as ort
+
+    return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+
+
+def test_decomposed_uses_standard_swish_from_opset_24(ext, tmp_path):
+    if not E.uses_standard_swish(24):
+        pytest.skip("the installed onnxruntime does not run ONNX Swish-24")
+    result = E.export("swish", exporter="dynamo", lowering="decomposed", opset=24, beta=1.702, path=tmp_path / "s.onnx")
+    nodes = [n.op_type for n in onnx.load(result.path).graph.node]
+    assert nodes == ["Swish"], nodes
+    x = torch.randn(2, 5, 768)
+    (y,) = _plain_session(result.path).run(None, {"x": x.numpy()})
+    np.testing.assert_allclose(y, ext.reference(x, 1.702).numpy(), **LAYER2)
+
+
+def test_graph_check_prints_what_the_graph_holds(ext, tmp_path):
+    result = E.export("ffn", exporter="torchscript", lowering="decomposed", opset=18, path=tmp_path / "d.onnx")
+    with pytest.raises(E.ExportError) as info:
+        E.check_graph(onnx.load(result.path), model_name="ffn", lowering="custom", opset=18, beta=1.0, exporter="torchscript")
+    message = str(info.value)
+    assert "myops::Swish" in message and "graph holds" in message and "Sigmoid" in message, message
+
+
+def test_failed_check_leaves_no_file(ext, tmp_path, monkeypatch):
+    monkeypatch.setattr(E, "expected_activation", lambda *args: {"Relu": 1})
+    target = tmp_path / "never.onnx"
+    with pytest.raises(E.ExportError, match="expected"):
+        E.export("swish", exporter="torchscript", lowering="custom", opset=18, path=target)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_opset_beyond_the_exporter_is_refused(ext, tmp_path):
+    with pytest.raises(E.ExportError, match="TorchScript exporter stops at opset 20"):
+        E.export("swish", exporter="torchscript", opset=21, path=tmp_path / "x.onnx")
+    with pytest.raises(E.ExportError, match="dynamo exporter"):
+        E.export("swish", exporter="dynamo", opset=E.dynamo_max_opset() + 1, path=tmp_path / "y.onnx")
+
+
+def test_default_opsets_cover_17_18_and_newest():
+    for exporter in E.EXPORTERS:
+        opsets = E.default_opsets(exporter)
+        assert opsets[:2] == [17, 18] and opsets[-1] == E.newest_opset(exporter) >= 20, opsets
