@@ -16,12 +16,13 @@
 #define SWISH_HOST_DEVICE inline
 #endif
 
-// NOTE: the CPU span loops are compiled twice (AVX2+FMA and baseline x86-64) and picked at load
-// time, so a binary built on one machine runs everywhere and still uses 8-wide vectors where it can.
+// NOTE: the CPU span loops are compiled three times (AVX-512 with 512-bit vectors, AVX2+FMA,
+// baseline x86-64) and picked once at run time, so one binary runs everywhere and still uses the
+// widest vectors the machine has.
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__)
-#define SWISH_CPU_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#define SWISH_X86_DISPATCH 1
 #else
-#define SWISH_CPU_CLONES
+#define SWISH_X86_DISPATCH 0
 #endif
 
 // NOTE: without no-trapping-math GCC refuses to if-convert the float selects below and the loops
@@ -36,8 +37,9 @@ namespace swish {
 // exp for float built from mul/add/select only, so that the CPU loops vectorise (a libm call per
 // element is what makes a scalar loop ~6x slower than PyTorch's composite). Cody-Waite reduction
 // x = n*ln2 + r, |r| <= ln2/2, then the Cephes minimax polynomial for e^r (about 1 ulp).
-// Results below 2^-126 flush to 0 and above the float range become +inf; NaN stays NaN.
-// Those edges are exactly what sigmoid needs: 1 + e^-z is 1 or +inf there either way.
+// Above the float range the result is +inf and NaN stays NaN; below e^-87.3 (where the true result
+// is subnormal) it is e^-87.3 ~ 1.2e-38 rather than smaller. Only 1 + e^x is ever formed from it,
+// and 1 + 1.2e-38 is exactly 1 in float: sigmoid needs no more, and skipping a select pays.
 SWISH_HOST_DEVICE float exp_f32(float x) {
 #if defined(__CUDA_ARCH__)
   return ::expf(x);
@@ -48,10 +50,10 @@ SWISH_HOST_DEVICE float exp_f32(float x) {
   constexpr float kLn2Hi = 0.693359375f;
   constexpr float kLn2Lo = -2.12194440e-4f;
   constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
-  const bool is_nan = !(x == x);
-  float xc = is_nan ? 0.0f : x;
-  xc = xc > kMax ? kMax : xc;
-  xc = xc < kMin ? kMin : xc;
+  // Clamped so that the integer conversion below never sees NaN or an out-of-range value; a NaN x
+  // compares false and becomes kMin, and is put back at the end.
+  float xc = x > kMin ? x : kMin;
+  xc = xc < kMax ? xc : kMax;
   const float n = (xc * kLog2e + kRound) - kRound;
   const float r = (xc - n * kLn2Hi) - n * kLn2Lo;
   float p = 1.9875691500e-4f;
@@ -66,8 +68,7 @@ SWISH_HOST_DEVICE float exp_f32(float x) {
   std::memcpy(&scale, &biased, sizeof(scale));
   float result = p * scale;
   result = x > kMax ? std::numeric_limits<float>::infinity() : result;
-  result = x < kMin ? 0.0f : result;
-  return is_nan ? x : result;
+  return x == x ? result : x;
 #endif
 }
 
@@ -84,9 +85,12 @@ SWISH_HOST_DEVICE T sigmoid(T z) {
 // NOTE: the operations below follow the order of PyTorch's own evaluation of
 // x * sigmoid(beta * x) and of its autograd graph, so that +/-inf and NaN give the same results
 // as the reference (e.g. x = -inf gives NaN, x = +/-1e4 gives finite values and gradients).
+// x / (1 + e^-z) is x * sigmoid(z) with one rounding less and one division instead of a division
+// and a product; the special cases stay those of the reference: x = -inf gives -inf / inf = NaN,
+// x = +inf gives inf, very negative finite x gives -0.
 template <typename T>
 SWISH_HOST_DEVICE T forward(T x, T beta) {
-  return x * sigmoid(beta * x);
+  return x / (T(1) + exp_any(-(beta * x)));
 }
 
 // d/dx [x * s(beta x)] = s + beta * x * s * (1 - s), evaluated as autograd does:
@@ -101,13 +105,65 @@ SWISH_HOST_DEVICE T backward(T grad, T x, T beta) {
 
 // Contiguous spans for the CPU kernels: the callers split the work across their own thread pool
 // (at::parallel_for, KernelContext_ParallelFor) and hand each thread one span. Sizes are int64.
-SWISH_CPU_CLONES inline void forward_span(const float* x, float* y, int64_t n, float beta) {
-  for (int64_t i = 0; i < n; ++i) y[i] = forward(x[i], beta);
+namespace detail {
+
+#define SWISH_DEFINE_SPANS(SUFFIX, ATTRIBUTES)                                                     \
+  ATTRIBUTES inline void forward_span_##SUFFIX(const float* x, float* y, int64_t n, float beta) {  \
+    for (int64_t i = 0; i < n; ++i) y[i] = forward(x[i], beta);                                    \
+  }                                                                                                \
+  ATTRIBUTES inline void backward_span_##SUFFIX(const float* grad, const float* x, float* dx,      \
+                                                int64_t n, float beta) {                           \
+    for (int64_t i = 0; i < n; ++i) dx[i] = backward(grad[i], x[i], beta);                         \
+  }
+
+SWISH_DEFINE_SPANS(baseline, )
+#if SWISH_X86_DISPATCH
+SWISH_DEFINE_SPANS(avx512, __attribute__((target("arch=x86-64-v4,prefer-vector-width=512"))))
+SWISH_DEFINE_SPANS(avx2, __attribute__((target("arch=x86-64-v3"))))
+#endif
+#undef SWISH_DEFINE_SPANS
+
+enum class Isa { kBaseline, kAvx2, kAvx512 };
+
+inline Isa detect_isa() {
+#if SWISH_X86_DISPATCH
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl")) {
+    return Isa::kAvx512;
+  }
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa::kAvx2;
+#endif
+  return Isa::kBaseline;
 }
 
-SWISH_CPU_CLONES inline void backward_span(const float* grad, const float* x, float* dx,
-                                           int64_t n, float beta) {
-  for (int64_t i = 0; i < n; ++i) dx[i] = backward(grad[i], x[i], beta);
+inline Isa isa() {
+  static const Isa detected = detect_isa();
+  return detected;
+}
+
+}  // namespace detail
+
+inline void forward_span(const float* x, float* y, int64_t n, float beta) {
+#if SWISH_X86_DISPATCH
+  switch (detail::isa()) {
+    case detail::Isa::kAvx512: return detail::forward_span_avx512(x, y, n, beta);
+    case detail::Isa::kAvx2: return detail::forward_span_avx2(x, y, n, beta);
+    default: break;
+  }
+#endif
+  detail::forward_span_baseline(x, y, n, beta);
+}
+
+inline void backward_span(const float* grad, const float* x, float* dx, int64_t n, float beta) {
+#if SWISH_X86_DISPATCH
+  switch (detail::isa()) {
+    case detail::Isa::kAvx512: return detail::backward_span_avx512(grad, x, dx, n, beta);
+    case detail::Isa::kAvx2: return detail::backward_span_avx2(grad, x, dx, n, beta);
+    default: break;
+  }
+#endif
+  detail::backward_span_baseline(grad, x, dx, n, beta);
 }
 
 // float64 exists for gradcheck only; plain libm is fine there.

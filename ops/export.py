@@ -59,33 +59,38 @@ class ExportError(RuntimeError):
 # ---------------------------------------------------------------- models
 
 class SwishActivation(torch.nn.Module):
-    def __init__(self, beta: float = 1.0):
+    def __init__(self, beta: float = 1.0, activation=swish):
         super().__init__()
         self.beta = beta
+        self.activation = activation
 
     def forward(self, x):
-        return swish(x, self.beta)
+        return self.activation(x, self.beta)
 
 
 class SwishFFN(torch.nn.Module):
     """Transformer feed-forward block: Linear(h -> 4h), Swish, Linear(4h -> h)."""
 
-    def __init__(self, hidden: int = 768, inner: int = 3072, beta: float = 1.0):
+    def __init__(self, hidden: int = 768, inner: int = 3072, beta: float = 1.0, activation=swish):
         super().__init__()
         self.up = torch.nn.Linear(hidden, inner)
         self.down = torch.nn.Linear(inner, hidden)
         self.beta = beta
+        self.activation = activation
 
     def forward(self, x):
-        return self.down(swish(self.up(x), self.beta))
+        return self.down(self.activation(self.up(x), self.beta))
 
 
-def build_model(name: str, *, beta: float = 1.0, hidden: int = 768, seed: int = 0) -> torch.nn.Module:
-    """Deterministic weights: the same seed gives the same model on every machine."""
+def build_model(name: str, *, beta: float = 1.0, hidden: int = 768, seed: int = 0, activation=swish) -> torch.nn.Module:
+    """Deterministic weights: the same seed gives the same model on every machine.
+
+    `activation(x, beta)` defaults to the fused op; the benchmarks swap in the composite or F.silu.
+    """
     if name not in MODELS:
         raise ExportError(f"unknown model {name!r}; choose one of {', '.join(MODELS)}")
     torch.manual_seed(seed)
-    model = SwishActivation(beta) if name == "swish" else SwishFFN(hidden, 4 * hidden, beta)
+    model = SwishActivation(beta, activation) if name == "swish" else SwishFFN(hidden, 4 * hidden, beta, activation)
     return model.eval()
 
 

@@ -3,6 +3,7 @@
 ORT's Python wheels ship no headers, so they are resolved in this order:
   1. an explicit include dir (argument or ORT_INCLUDE_DIR),
   2. the local cache (~/.cache/myops-lab/ort-headers/<version>),
+     with the version and checksums pinned per entry in matrix.yaml (ort_headers),
   3. the official release archive, only when its sha256 is pinned below,
   4. Debian's libonnxruntime-dev package, fetched with a throw-away apt configuration that reuses
      the Debian mirror this machine is already configured with (no install, no root needed).
@@ -21,22 +22,33 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-# NOTE: 1.21 headers give ORT C API version 21; the plugin loads in every onnxruntime >= 1.21.
-ORT_HEADERS_VERSION = "1.21.0"
-RELEASE_ARCHIVE_URL = (
-    f"https://github.com/microsoft/onnxruntime/releases/download/v{ORT_HEADERS_VERSION}/"
-    f"onnxruntime-linux-x64-{ORT_HEADERS_VERSION}.tgz"
-)
-RELEASE_ARCHIVE_SHA256: str | None = None  # not pinned yet: the archive step is refused, not trusted blindly
-DEBIAN_PACKAGE = "libonnxruntime-dev"
-DEBIAN_SUITE = "trixie"
-DEBIAN_VERSION = "1.21.0+dfsg-1"
-DEBIAN_SHA256 = "14f7d959d5deacbcf1504830d4189f91fc67382b399ed9ae9d3aa9c4050ced08"
+# The pins come from matrix.yaml (entry -> ort_headers); see pin_from_matrix().
 HEADER = "onnxruntime_c_api.h"
 
 
 class HeadersNotFound(RuntimeError):
     pass
+
+
+@dataclass(frozen=True)
+class HeaderPin:
+    version: str
+    archive_url: str
+    archive_sha256: str | None
+    debian_package: str | None = None
+    debian_suite: str | None = None
+    debian_version: str | None = None
+    debian_sha256: str | None = None
+
+
+def pin_from_matrix(entry_id: str | None = None) -> HeaderPin:
+    """The ort_headers pin of a matrix entry ($MYOPS_MATRIX_ENTRY, default cpu)."""
+    from lab.matrix import DEFAULT_ENTRY, entry
+
+    spec = entry(entry_id or os.environ.get("MYOPS_MATRIX_ENTRY", DEFAULT_ENTRY))["ort_headers"]
+    debian = spec.get("debian") or {}
+    return HeaderPin(spec["version"], spec["archive"]["url"], spec["archive"]["sha256"], debian.get("package"),
+                     debian.get("suite"), debian.get("version"), debian.get("sha256"))
 
 
 @dataclass
@@ -82,17 +94,17 @@ def _install_into_cache(found_include: Path, cache_dir: Path) -> Path:
     return cache_dir / "include"
 
 
-def _from_release_archive(cache_dir: Path, work: Path) -> Path:
-    if not RELEASE_ARCHIVE_SHA256:
-        raise HeadersNotFound(f"no sha256 pinned for {RELEASE_ARCHIVE_URL}; an unverified archive is not used")
+def _from_release_archive(pin: HeaderPin, cache_dir: Path, work: Path) -> Path:
+    if not pin.archive_sha256:
+        raise HeadersNotFound(f"no sha256 pinned for {pin.archive_url}; an unverified archive is not used")
     archive = work / "ort.tgz"
     try:
-        with urllib.request.urlopen(RELEASE_ARCHIVE_URL, timeout=30) as response, open(archive, "wb") as out:
+        with urllib.request.urlopen(pin.archive_url, timeout=30) as response, open(archive, "wb") as out:
             shutil.copyfileobj(response, out)
     except OSError as exc:
-        raise HeadersNotFound(f"could not download {RELEASE_ARCHIVE_URL}: {exc}") from exc
-    if _sha256(archive) != RELEASE_ARCHIVE_SHA256:
-        raise HeadersNotFound(f"{RELEASE_ARCHIVE_URL}: sha256 mismatch (expected {RELEASE_ARCHIVE_SHA256})")
+        raise HeadersNotFound(f"could not download {pin.archive_url}: {exc}") from exc
+    if _sha256(archive) != pin.archive_sha256:
+        raise HeadersNotFound(f"{pin.archive_url}: sha256 mismatch (expected {pin.archive_sha256})")
     with tarfile.open(archive) as tar:
         tar.extractall(work / "x", filter="data")
     return _install_into_cache(next((work / "x").glob("*/include")), cache_dir)
@@ -112,14 +124,16 @@ def _debian_mirror() -> str:
     raise HeadersNotFound("no Debian mirror is configured in /etc/apt (needed to fetch libonnxruntime-dev)")
 
 
-def _from_debian(cache_dir: Path, work: Path) -> Path:
+def _from_debian(pin: HeaderPin, cache_dir: Path, work: Path) -> Path:
+    if not (pin.debian_package and pin.debian_sha256):
+        raise HeadersNotFound("no Debian package pinned for these headers")
     if shutil.which("apt-get") is None or shutil.which("dpkg") is None:
         raise HeadersNotFound("apt-get/dpkg not available (not a Debian-like machine)")
     mirror = _debian_mirror()
     (work / "lists" / "partial").mkdir(parents=True)
     (work / "cache" / "archives" / "partial").mkdir(parents=True)
     (work / "sources.list").write_text(
-        f"deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] {mirror} {DEBIAN_SUITE} main\n"
+        f"deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] {mirror} {pin.debian_suite} main\n"
     )
     apt = [
         "apt-get", "-q",
@@ -127,20 +141,20 @@ def _from_debian(cache_dir: Path, work: Path) -> Path:
         f"-o=Dir::State::Lists={work / 'lists'}", f"-o=Dir::Cache={work / 'cache'}",
         "-o=Debug::NoLocking=1", "-o=APT::Sandbox::User=root",
     ]
-    for step in (["update"], ["download", f"{DEBIAN_PACKAGE}={DEBIAN_VERSION}"]):
+    for step in (["update"], ["download", f"{pin.debian_package}={pin.debian_version}"]):
         result = subprocess.run(apt + step, cwd=work, capture_output=True, text=True, timeout=300)
         if result.returncode != 0:
             raise HeadersNotFound(f"apt-get {step[0]} failed: {result.stderr.strip().splitlines()[-1:]}")
-    debs = list(work.glob(f"{DEBIAN_PACKAGE}_*.deb"))
+    debs = list(work.glob(f"{pin.debian_package}_*.deb"))
     if not debs:
-        raise HeadersNotFound(f"apt-get download produced no {DEBIAN_PACKAGE} package")
-    if _sha256(debs[0]) != DEBIAN_SHA256:
-        raise HeadersNotFound(f"{debs[0].name}: sha256 mismatch (expected {DEBIAN_SHA256})")
+        raise HeadersNotFound(f"apt-get download produced no {pin.debian_package} package")
+    if _sha256(debs[0]) != pin.debian_sha256:
+        raise HeadersNotFound(f"{debs[0].name}: sha256 mismatch (expected {pin.debian_sha256})")
     subprocess.run(["dpkg", "-x", str(debs[0]), str(work / "x")], check=True, capture_output=True)
     return _install_into_cache(work / "x" / "usr" / "include" / "onnxruntime", cache_dir)
 
 
-def resolve(include_dir: str | os.PathLike | None = None, *, log=print) -> Headers:
+def resolve(include_dir: str | os.PathLike | None = None, *, pin: HeaderPin | None = None, log=print) -> Headers:
     """Return the headers to build against, fetching them into the cache when needed."""
     explicit = include_dir or os.environ.get("ORT_INCLUDE_DIR")
     if explicit:
@@ -149,23 +163,24 @@ def resolve(include_dir: str | os.PathLike | None = None, *, log=print) -> Heade
             raise HeadersNotFound(f"{path} (given explicitly) holds no {HEADER}")
         return Headers(path, "explicit", api_version_of(path), f"explicit: {path}")
 
-    cache_dir = cache_root() / ORT_HEADERS_VERSION
+    pin = pin or pin_from_matrix()
+    cache_dir = cache_root() / pin.version
     if (cache_dir / "include" / HEADER).is_file():
-        return Headers(cache_dir / "include", ORT_HEADERS_VERSION, api_version_of(cache_dir / "include"), f"cache: {cache_dir}")
+        return Headers(cache_dir / "include", pin.version, api_version_of(cache_dir / "include"), f"cache: {cache_dir}")
 
     failures = []
     for name, fetch in (("release archive", _from_release_archive), ("Debian package", _from_debian)):
-        log(f"[ort_plugin] fetching onnxruntime {ORT_HEADERS_VERSION} headers from the {name} ...")
+        log(f"[ort_plugin] fetching onnxruntime {pin.version} headers from the {name} ...")
         with tempfile.TemporaryDirectory(prefix="ort-headers-") as work:
             try:
-                found = fetch(cache_dir, Path(work))
+                found = fetch(pin, cache_dir, Path(work))
             except (HeadersNotFound, OSError, subprocess.SubprocessError) as exc:
                 failures.append(f"  - {name}: {exc}")
                 continue
-        return Headers(found, ORT_HEADERS_VERSION, api_version_of(found), name)
+        return Headers(found, pin.version, api_version_of(found), name)
     raise HeadersNotFound(
-        f"no onnxruntime {ORT_HEADERS_VERSION} headers found:\n"
+        f"no onnxruntime {pin.version} headers found:\n"
         + "\n".join(failures)
-        + f"\nFix: unpack the onnxruntime {ORT_HEADERS_VERSION} release archive and set ORT_INCLUDE_DIR=<its include dir>, "
+        + f"\nFix: unpack the onnxruntime {pin.version} release archive and set ORT_INCLUDE_DIR=<its include dir>, "
         f"or place the headers in {cache_dir / 'include'}."
     )

@@ -1,0 +1,163 @@
+"""Measure ONE benchmark row in this (fresh) process and print it as JSON on the last line.
+
+    python -m bench.measure '{"row": "ort_custom", "workload": "swish", ...}'
+
+A fresh process per row keeps peak-memory figures from leaking between rows. ORT rows never
+import torch: they measure what the inference side really is.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from .workloads import WORKLOADS, percentiles_ms
+
+TORCH_ROWS = ("torch_composite", "torch_extension", "torch_silu", "torch_compile", "torch_copy")
+ORT_ROWS = ("ort_composite", "ort_custom", "ort_copy")
+
+
+# ---------------------------------------------------------------- memory
+
+def _status_kib(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise RuntimeError(f"/proc/self/status has no {field}")
+
+
+def reset_peak() -> str:
+    """Start a fresh high-water mark; returns how peaks are measured."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM to the current RSS (Linux >= 4.0)
+        return "peak RSS above baseline (VmHWM reset)"
+    except OSError:
+        return "peak RSS above baseline (VmHWM not resettable: includes start-up)"
+
+
+# ---------------------------------------------------------------- callables per row
+
+def _torch_callable(spec: dict, x_np):
+    import torch
+
+    torch.set_num_threads(spec["threads"])
+    import ops
+    from ops.export import build_model
+
+    ops.load()
+    beta = spec["beta"]
+    x = torch.from_numpy(x_np)
+    activations = {
+        "torch_composite": ops.reference,
+        "torch_extension": ops.swish,
+        "torch_silu": lambda t, b: torch.nn.functional.silu(t),
+        "torch_compile": ops.reference,
+    }
+    if spec["row"] == "torch_copy":
+        return lambda: x.clone(), "torch.clone"
+    model = build_model(spec["workload"], beta=beta, activation=activations[spec["row"]])
+    if spec["row"] == "torch_compile":
+        model = torch.compile(model)
+    graph = {"torch_composite": "x*sigmoid(beta*x)", "torch_extension": "myops::swish",
+             "torch_silu": "F.silu", "torch_compile": "torch.compile(x*sigmoid(beta*x))"}[spec["row"]]
+
+    def call():
+        with torch.inference_mode():
+            return model(x)
+
+    return call, graph
+
+
+def _ort_callable(spec: dict, x_np, work: Path):
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = spec["threads"]
+    options.inter_op_num_threads = 1
+    options.log_severity_level = 3
+    options.graph_optimization_level = {
+        "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC, "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+    }[spec.get("ort_opt_level", "all")]
+    options.optimized_model_filepath = str(work / "optimized.onnx")
+    if spec.get("profile_prefix"):
+        options.enable_profiling = True
+        options.profile_file_prefix = spec["profile_prefix"]
+    if spec["row"] == "ort_custom":
+        from ort_plugin import register
+
+        register(options, spec["plugin"])
+    session = ort.InferenceSession(spec["model_path"], options, providers=["CPUExecutionProvider"])
+    feed = {session.get_inputs()[0].name: x_np}
+    return (lambda: session.run(None, feed)), _graph_nodes(work / "optimized.onnx"), session
+
+
+def _graph_nodes(path: Path) -> str:
+    """The node types of the graph ORT actually ran (after its optimizer), e.g. 'com.microsoft::QuickGelu'."""
+    try:
+        import onnx
+    except ImportError:
+        return "unknown (onnx not installed)"
+    model = onnx.load(str(path), load_external_data=False)
+    names = [f"{n.domain}::{n.op_type}" if n.domain else n.op_type for n in model.graph.node]
+    return "+".join(sorted(set(names), key=names.index))
+
+
+def _profile_share(trace_path: str) -> float | None:
+    """Share of the run time spent in myops::Swish nodes, from an ORT chrome trace."""
+    events = json.loads(Path(trace_path).read_text())
+    runs = sum(e.get("dur", 0) for e in events if e.get("name") == "model_run")
+    swish = sum(e.get("dur", 0) for e in events
+                if e.get("cat") == "Node" and e.get("args", {}).get("op_name") == "Swish" and e["name"].endswith("_kernel_time"))
+    return round(swish / runs, 4) if runs else None
+
+
+# ---------------------------------------------------------------- measurement
+
+def measure(spec: dict) -> dict:
+    workload = WORKLOADS[spec["workload"]]
+    x_np = workload.input(seed=0)
+    with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
+        session = None
+        if spec["row"] in TORCH_ROWS:
+            call, graph = _torch_callable(spec, x_np)
+            provider = "torch-cpu"
+        else:
+            call, graph, session = _ort_callable(spec, x_np, Path(tmp))
+            provider = "CPUExecutionProvider"
+        baseline_kib = _status_kib("VmRSS")
+        memory_method = reset_peak()
+        for _ in range(spec["warmup"]):
+            call()
+        times = []
+        for _ in range(spec["runs"]):
+            start = time.perf_counter()
+            call()
+            times.append(time.perf_counter() - start)
+        peak_kib = _status_kib("VmHWM")
+        result = {
+            **percentiles_ms(times),
+            "peak_mb": round(max(peak_kib - baseline_kib, 0) / 1024, 2),
+            "memory_method": memory_method,
+            "graph": graph,
+            "execution_provider": provider,
+        }
+        if session is not None and spec.get("profile_prefix"):
+            trace = session.end_profiling()
+            result["trace"] = trace
+            result["custom_node_share"] = _profile_share(trace) if spec["row"] == "ort_custom" else None
+    return result
+
+
+def main(argv: list[str]) -> int:
+    spec = json.loads(argv[0])
+    os.environ.setdefault("OMP_NUM_THREADS", str(spec["threads"]))
+    result = measure(spec)
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

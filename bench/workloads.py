@@ -1,0 +1,48 @@
+"""The benchmark workloads and the facts about them that need no framework (no torch here)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+BYTES_FP32 = 4
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str            # "swish" (the activation alone) or "ffn" (Linear, Swish, Linear)
+    batch: int = 8
+    seq: int = 512
+    hidden: int = 768
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        return (self.batch, self.seq, self.hidden)
+
+    @property
+    def elements(self) -> int:
+        return self.batch * self.seq * self.hidden
+
+    @property
+    def bytes_moved(self) -> int:
+        """The least traffic the workload needs with a fused activation (read once, write once).
+
+        swish: x in, y out. ffn: x and W1 in, h out; h in, a out (the fused activation); a and W2
+        in, y out. Biases are negligible and left out.
+        """
+        if self.name == "swish":
+            return 2 * self.elements * BYTES_FP32
+        inner = self.batch * self.seq * 4 * self.hidden
+        weights = 2 * self.hidden * 4 * self.hidden
+        return (2 * self.elements + 4 * inner + weights) * BYTES_FP32
+
+    def input(self, seed: int = 0) -> np.ndarray:
+        return np.random.default_rng(seed).standard_normal(self.shape, dtype=np.float32)
+
+
+WORKLOADS = {"swish": Workload("swish"), "ffn": Workload("ffn")}
+
+
+def percentiles_ms(seconds: list[float]) -> dict[str, float]:
+    p20, p50, p80 = np.percentile(np.asarray(seconds) * 1e3, [20, 50, 80])
+    return {"p20_ms": round(float(p20), 4), "p50_ms": round(float(p50), 4), "p80_ms": round(float(p80), 4)}

@@ -1,0 +1,1 @@
+"""Orchestration glue of the lab: the matrix, provenance, atomic result files."""

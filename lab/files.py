@@ -1,0 +1,49 @@
+"""Write result files atomically: a reader (or an interrupted run) never sees half a file."""
+from __future__ import annotations
+
+import csv
+import os
+import tempfile
+from pathlib import Path
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read_csv(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    with open(path, newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def write_csv_atomic(path: Path, rows: list[dict], columns: list[str]) -> None:
+    import io
+
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({c: ("" if row.get(c) is None else row.get(c)) for c in columns})
+    write_text_atomic(path, buffer.getvalue())
+
+
+def upsert_csv(path: Path, new_rows: list[dict], columns: list[str], key: list[str]) -> list[dict]:
+    """Replace rows with the same key, keep the others, write atomically; returns all rows."""
+    def key_of(row):
+        return tuple(str(row.get(k, "")) for k in key)
+
+    fresh = {key_of(r) for r in new_rows}
+    kept = [r for r in read_csv(path) if key_of(r) not in fresh]
+    rows = kept + new_rows
+    write_csv_atomic(path, rows, columns)
+    return rows

@@ -1,0 +1,106 @@
+"""Where a result came from: versions, git revision, machine, image. `python -m lab.provenance`.
+
+Imports nothing heavy at module level and never requires torch (the inference side has none).
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import importlib
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _run(cmd: list[str], cwd: Path | None = None) -> str | None:
+    if shutil.which(cmd[0]) is None:
+        return None
+    try:
+        result = subprocess.run(cmd, capture_output=True, text=True, timeout=20, cwd=cwd)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return result.stdout.strip() if result.returncode == 0 else None
+
+
+def _version(module: str) -> str | None:
+    try:
+        return importlib.import_module(module).__version__
+    except Exception:  # not installed, or broken: provenance says so, it does not fail
+        return None
+
+
+def git_state() -> dict:
+    sha = _run(["git", "rev-parse", "HEAD"], cwd=REPO)
+    status = _run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO)
+    return {"git_sha": sha or os.environ.get("MYOPS_GIT_SHA"), "git_dirty": bool(status) if status is not None else None}
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def nvcc_version() -> str | None:
+    out = _run(["nvcc", "--version"])
+    return out.splitlines()[-1].split("cuda_")[-1].split(".r")[0] if out and "cuda_" in out else None
+
+
+def gpu() -> dict:
+    out = _run(["nvidia-smi", "--query-gpu=name,driver_version,compute_cap", "--format=csv,noheader"])
+    if not out:
+        return {"gpu": None, "driver": None, "compute_capability": None}
+    name, driver, cap = [part.strip() for part in out.splitlines()[0].split(",")]
+    return {"gpu": name, "driver": driver, "compute_capability": cap}
+
+
+def collect(*, with_torch: bool = True) -> dict:
+    facts = {
+        "timestamp": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "host": platform.node(),
+        "cpu": cpu_name(),
+        "cores": os.cpu_count(),
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "numpy": _version("numpy"),
+        "onnx": _version("onnx"),
+        "onnxruntime": _version("onnxruntime"),
+        "nvcc": nvcc_version(),
+        "docker": _run(["docker", "version", "--format", "{{.Server.Version}}"]),
+        "image": os.environ.get("MYOPS_IMAGE"),
+        "matrix_entry": os.environ.get("MYOPS_MATRIX_ENTRY", "cpu"),
+        **git_state(),
+        **gpu(),
+    }
+    if with_torch:
+        facts["torch"] = _version("torch")
+        try:
+            import torch
+
+            facts["torch_cuda"] = torch.version.cuda
+        except ImportError:
+            facts["torch_cuda"] = None
+    return facts
+
+
+def main() -> int:
+    facts = collect(with_torch="--no-torch" not in sys.argv)
+    width = max(len(k) for k in facts)
+    for key, value in facts.items():
+        print(f"{key:<{width}}  {value if value is not None else '-'}")
+    if "--json" in sys.argv:
+        print(json.dumps(facts))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,132 @@
+"""The lab's sessions. `nox -l` lists them; `nox -s NAME -- --help` shows a session's options.
+
+    nox -s tests              # build everything for the cpu entry and run the test suite
+    nox -s bench              # the main job: regenerate results/<entry>/ (CSV, charts, summary)
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import nox
+
+REPO = Path(__file__).resolve().parent
+sys.path.insert(0, str(REPO))
+
+from lab import matrix  # noqa: E402  (needs the repo on sys.path)
+
+nox.options.default_venv_backend = "venv"
+nox.options.reuse_venv = "yes"
+nox.options.sessions = ["tests"]
+nox.options.error_on_missing_interpreters = True
+
+PYTHON = "3.11"
+TOOLS = REPO / "requirements" / "tools.txt"
+
+
+def _parse(session: nox.Session, parser: argparse.ArgumentParser) -> argparse.Namespace:
+    try:
+        args, rest = parser.parse_known_args(session.posargs)
+    except SystemExit as exc:  # --help, or a usage error already printed by argparse
+        if exc.code:
+            session.error("bad arguments (see above)")
+        session.skip("help shown")
+    if rest:
+        session.error(f"unknown arguments {rest}; see `nox -s {session.name} -- --help`")
+    return args
+
+
+def _entry(session: nox.Session, entry_id: str) -> dict:
+    try:
+        entry = matrix.entry(entry_id)
+    except matrix.MatrixError as exc:
+        session.error(str(exc))
+    if entry["device"] == "cuda":
+        session.error(
+            f"entry '{entry_id}' is a CUDA entry: the local backend builds only the cpu entry on this machine. "
+            "Build its images with the docker backend, or run on a GPU host with its CUDA toolkit."
+        )
+    return entry
+
+
+def _install(session: nox.Session, entry: dict) -> None:
+    """The entry's pinned frameworks plus the shared tooling, into this session's virtualenv."""
+    session.log(f"installing matrix entry '{entry['id']}': {', '.join(matrix.pip_pins(entry))}")
+    session.install(*matrix.pip_pins(entry), "-r", str(TOOLS))
+    session.env["MYOPS_MATRIX_ENTRY"] = entry["id"]
+    session.run("python", "-m", "lab.provenance")
+
+
+def _build(session: nox.Session, *, cuda: str = "AUTO") -> None:
+    session.log("building the PyTorch extension (cached under build/ops)")
+    session.run("python", "-m", "ops.build")
+    session.log("building the ONNX Runtime plugin (cached under build/ort_plugin)")
+    session.run("python", "-m", "ort_plugin.build", "--cuda", cuda)
+
+
+@nox.session(venv_backend="none")
+def list(session: nox.Session) -> None:  # noqa: A001 - the session is called `list`
+    """Show the matrix at a glance."""
+    try:
+        matrix.load()
+    except matrix.MatrixError as exc:
+        session.error(str(exc))
+    session.run(sys.executable, "-m", "lab.matrix", external=True)
+
+
+@nox.session(python=PYTHON)
+def build(session: nox.Session) -> None:
+    """Build the extension and the ORT plugin for matrix entries (default: cpu)."""
+    parser = argparse.ArgumentParser(prog="nox -s build --", description=build.__doc__)
+    parser.add_argument("entries", nargs="*", default=[matrix.DEFAULT_ENTRY], help="matrix entry ids")
+    parser.add_argument("--backend", choices=["local"], default="local",
+                        help="where to build: local (this machine's virtualenv)")
+    parser.add_argument("--cuda", choices=["ON", "OFF", "AUTO"], default="AUTO", help="CUDA kernels in the plugin")
+    args = _parse(session, parser)
+    for entry_id in args.entries:
+        _install(session, _entry(session, entry_id))
+        _build(session, cuda=args.cuda)
+
+
+@nox.session(python=PYTHON)
+def export(session: nox.Session) -> None:
+    """Export both models with both exporters, both lowerings and every opset to build/onnx."""
+    parser = argparse.ArgumentParser(prog="nox -s export --", description=export.__doc__)
+    parser.add_argument("--entry", default=matrix.DEFAULT_ENTRY)
+    parser.add_argument("--beta", type=float, default=1.0)
+    args = _parse(session, parser)
+    entry = _entry(session, args.entry)
+    _install(session, entry)
+    _build(session)
+    for exporter in entry["exporters"]:
+        for model in ("swish", "ffn"):
+            for lowering in ("custom", "decomposed"):
+                session.log(f"exporting {model} ({lowering}) with {exporter}")
+                session.run("python", "-m", "ops.export", "--model", model, "--exporter", exporter,
+                            "--lowering", lowering, "--beta", str(args.beta))
+
+
+@nox.session(python=PYTHON)
+def tests(session: nox.Session) -> None:
+    """Build for the cpu entry and run the test suite (pytest options after --)."""
+    entry = _entry(session, matrix.DEFAULT_ENTRY)
+    _install(session, entry)
+    _build(session)
+    session.run("python", "-m", "pytest", "tests", "-ra", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def bench(session: nox.Session) -> None:
+    """The main job: measure every row for an entry and write results/<entry>/ (CSV, charts, summary)."""
+    entry_id = next((a.split("=", 1)[1] for a in session.posargs if a.startswith("--entry=")), matrix.DEFAULT_ENTRY)
+    _install(session, _entry(session, entry_id))
+    _build(session)
+    session.run("python", "-m", "bench.run", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def report(session: nox.Session) -> None:
+    """Rebuild every chart and summary under results/ from the CSVs alone."""
+    session.install("-r", str(TOOLS))
+    session.run("python", "-m", "bench.report", *session.posargs)
