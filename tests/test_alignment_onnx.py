@@ -92,3 +92,25 @@ def test_default_opsets_cover_17_18_and_newest():
     for exporter in E.EXPORTERS:
         opsets = E.default_opsets(exporter)
         assert opsets[:2] == [17, 18] and opsets[-1] == E.newest_opset(exporter) >= 20, opsets
+
+
+def test_missing_torchscript_exporter_is_a_clear_error(ext, tmp_path, monkeypatch):
+    monkeypatch.delattr(torch.onnx, "register_custom_op_symbolic")
+    with pytest.raises(E.ExportError, match="no TorchScript ONNX exporter"):
+        E.export("swish", exporter="torchscript", opset=18, path=tmp_path / "x.onnx")
+    assert not (tmp_path / "x.onnx").exists()
+
+
+def test_missing_onnxscript_is_a_clear_error(ext, tmp_path, monkeypatch):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_onnxscript(name, *args, **kwargs):
+        if name == "onnxscript" or name.startswith("onnxscript."):
+            raise ImportError("No module named 'onnxscript'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_onnxscript)
+    with pytest.raises(E.ExportError, match="needs onnxscript"):
+        E.export("swish", exporter="dynamo", opset=18, path=tmp_path / "y.onnx")

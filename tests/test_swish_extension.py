@@ -153,3 +153,15 @@ def test_more_than_2_pow_31_elements(ext):
     torch.testing.assert_close(y[-tail.numel():], ext.reference(tail, 1.702), equal_nan=True, **FP32)
     torch.testing.assert_close(y[2**31 - 5: 2**31 + 5], ext.reference(x[2**31 - 5: 2**31 + 5], 1.702), **FP32)
     torch.testing.assert_close(y[: 1 << 20], ext.reference(x[: 1 << 20], 1.702), **FP32)
+
+
+def test_build_records_abi_and_compiler_and_is_reused(ext):
+    from ops.build import build, build_info
+
+    info = build_info()
+    assert info["cxx11_abi"] == int(torch._C._GLIBCXX_USE_CXX11_ABI)
+    assert info["torch"] == torch.__version__ and info["compiler"]
+    library = __import__("pathlib").Path(info["library"])
+    before = library.stat().st_mtime_ns
+    assert build() == library
+    assert library.stat().st_mtime_ns == before, "an unchanged build must be reused, not recompiled"

@@ -1,0 +1,94 @@
+"""Write the artifacts the inference side runs: ONNX files, fixed inputs, PyTorch reference outputs.
+
+    python -m ops.artifacts --out build/artifacts [--entry cpu]
+
+For every model (swish, ffn), lowering, exporter and opset of the entry: the ONNX file; per model
+one input (a fixed seed, so every machine gets the same numbers) and the PyTorch model's output on
+it. manifest.json lists every file with its sha256, so a consumer can refuse a damaged file.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from . import export as E
+
+INPUT_SHAPE = (3, 7, 768)  # differs from the export shape on purpose: dynamic axes are exercised
+MANIFEST = "manifest.json"
+INPUT_SEEDS = {"swish": 101, "ffn": 202}
+BETAS = {"swish": 1.702, "ffn": 1.0}
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def write(out: Path, *, exporters, opsets, log=print) -> dict:
+    """Build everything in a scratch dir, then move it into place: `out` is never half-written."""
+    from . import load
+
+    load()
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}-") as tmp:
+        staging = Path(tmp) / "artifacts"
+        staging.mkdir()
+        manifest = {"format": 1, "torch": torch.__version__, "models": [], "files": {}}
+        for model_name in E.MODELS:
+            beta = BETAS[model_name]
+            x = torch.randn(*INPUT_SHAPE, generator=torch.Generator().manual_seed(INPUT_SEEDS[model_name]))
+            with torch.no_grad():
+                y = E.build_model(model_name, beta=beta)(x)
+            inputs, reference = f"inputs-{model_name}.npz", f"reference-{model_name}.npz"
+            np.savez(staging / inputs, **{E.INPUT_NAME: x.numpy()})
+            np.savez(staging / reference, **{E.OUTPUT_NAME: y.numpy()})
+            for exporter in exporters:
+                for opset in opsets(exporter):
+                    for lowering in E.LOWERINGS:
+                        name = f"{model_name}-{lowering}-{exporter}-opset{opset}.onnx"
+                        result = E.export(model_name, exporter=exporter, lowering=lowering, opset=opset, beta=beta,
+                                          path=staging / name)
+                        log(f"[artifacts] {name}: {result.graph}")
+                        manifest["models"].append({"file": name, "model": model_name, "lowering": lowering,
+                                                   "exporter": exporter, "opset": opset, "beta": beta,
+                                                   "inputs": inputs, "reference": reference})
+        for path in sorted(staging.iterdir()):
+            manifest["files"][path.name] = sha256(path)
+        (staging / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+        if out.exists():
+            shutil.rmtree(out)
+        staging.rename(out)
+    return manifest
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m ops.artifacts", description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=E.REPO / "build" / "artifacts")
+    parser.add_argument("--entry", default=None, help="matrix entry whose exporters/opsets to use (default: cpu)")
+    args = parser.parse_args(argv)
+    from lab.matrix import DEFAULT_ENTRY, entry
+
+    spec = entry(args.entry or DEFAULT_ENTRY)
+
+    def opsets(exporter):
+        return sorted({o if o != "newest" else E.newest_opset(exporter) for o in spec["opsets"]})
+
+    try:
+        manifest = write(args.out, exporters=spec["exporters"], opsets=opsets)
+    except E.ExportError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(f"[artifacts] {len(manifest['models'])} models in {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,166 @@
+"""The inference-side runner (no torch): `python -m ort_plugin.runner {verify,dump,bench}`.
+
+    verify  load the plugin, run every model of an artifacts dir on its stored inputs, compare
+            with the stored PyTorch outputs (rtol 1e-4, atol 1e-5); exit 1 on any mismatch
+    dump    run every model and write the outputs (npz) plus provenance (json), for layer 3
+    bench   the ONNX Runtime rows of the benchmark on this host (fresh process per row)
+
+Artifacts come from `python -m ops.artifacts`; every file is checked against manifest.json's
+sha256 before anything runs, so a file damaged in transport is refused, not measured.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import platform
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from .loader import PluginError, default_library, make_session
+
+RTOL, ATOL = 1e-4, 1e-5
+DEFAULT_ARTIFACTS = Path(os.environ.get("MYOPS_ARTIFACTS", Path(__file__).resolve().parent.parent / "build" / "artifacts"))
+
+
+class ArtifactError(RuntimeError):
+    pass
+
+
+def load_manifest(artifacts: Path) -> dict:
+    path = Path(artifacts) / "manifest.json"
+    if not path.is_file():
+        raise ArtifactError(f"{path} not found: create artifacts with `python -m ops.artifacts --out {artifacts}`")
+    manifest = json.loads(path.read_text())
+    for name, expected in manifest["files"].items():
+        file = Path(artifacts) / name
+        if not file.is_file():
+            raise ArtifactError(f"{file} listed in manifest.json is missing")
+        actual = hashlib.sha256(file.read_bytes()).hexdigest()
+        if actual != expected:
+            raise ArtifactError(f"{file}: sha256 {actual[:16]}... does not match the manifest's {expected[:16]}...: "
+                                "the file was changed or damaged in transport; copy it again")
+    return manifest
+
+
+def providers(requested: str | None) -> list[str]:
+    import onnxruntime as ort
+
+    available = ort.get_available_providers()
+    if requested:
+        wanted = requested.split(",")
+        missing = [p for p in wanted if p not in available]
+        if missing:
+            raise PluginError(f"execution provider(s) {missing} not available in this onnxruntime ({available})")
+        return wanted
+    return [p for p in ("CUDAExecutionProvider", "CPUExecutionProvider") if p in available]
+
+
+def host_facts(execution_providers: list[str]) -> dict:
+    import onnxruntime as ort
+
+    from lab.provenance import collect
+
+    return {**collect(with_torch=False), "execution_providers": execution_providers,
+            "available_providers": ort.get_available_providers(), "machine": platform.machine()}
+
+
+def run_models(artifacts: Path, *, library, execution_providers, selected=None):
+    """Yield (model entry, outputs dict) for every model of the manifest."""
+    manifest = load_manifest(artifacts)
+    for item in manifest["models"]:
+        if selected and item["file"] not in selected:
+            continue
+        session = make_session(Path(artifacts) / item["file"], library=library, providers=execution_providers)
+        with np.load(Path(artifacts) / item["inputs"]) as feed:
+            outputs = session.run(None, dict(feed))
+        names = [o.name for o in session.get_outputs()]
+        yield item, dict(zip(names, outputs))
+
+
+def verify(args) -> int:
+    eps = providers(args.providers)
+    library = args.plugin or default_library()
+    failures = 0
+    print(f"verify: plugin {library}, providers {eps}")
+    for item, outputs in run_models(args.artifacts, library=library, execution_providers=eps):
+        with np.load(Path(args.artifacts) / item["reference"]) as reference:
+            for name, expected in reference.items():
+                actual = outputs[name]
+                error = float(np.max(np.abs(actual.astype(np.float64) - expected))) if actual.size else 0.0
+                ok = actual.shape == expected.shape and np.allclose(actual, expected, rtol=RTOL, atol=ATOL)
+                failures += not ok
+                print(f"  {'ok  ' if ok else 'FAIL'} {item['file']:45} {name}: max abs diff {error:.3e}")
+    print(f"verify: {'all models match' if not failures else f'{failures} output(s) out of tolerance'} "
+          f"(rtol {RTOL}, atol {ATOL})")
+    return 1 if failures else 0
+
+
+def dump(args) -> int:
+    eps = providers(args.providers)
+    library = args.plugin or default_library()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    arrays = {}
+    for item, outputs in run_models(args.artifacts, library=library, execution_providers=eps):
+        for name, value in outputs.items():
+            arrays[f"{item['file']}::{name}"] = value
+    tmp = out / ".outputs.npz.tmp"
+    with open(tmp, "wb") as handle:
+        np.savez(handle, **arrays)
+    os.replace(tmp, out / "outputs.npz")
+    facts = host_facts(eps)
+    (out / "provenance.json").write_text(json.dumps(facts, indent=2) + "\n")
+    print(f"dump: {len(arrays)} outputs to {out / 'outputs.npz'} ({facts['host']}, onnxruntime {facts['onnxruntime']})")
+    return 0
+
+
+def bench(args) -> int:
+    import subprocess
+
+    manifest = load_manifest(args.artifacts)
+    library = str(args.plugin or default_library())
+    newest = max(m["opset"] for m in manifest["models"] if m["model"] == "swish")
+    rows = []
+    for lowering, row, level in (("decomposed", "ort_composite", "all"), ("decomposed", "ort_composite", "basic"),
+                                 ("custom", "ort_custom", "all")):
+        item = next(m for m in manifest["models"] if m["model"] == "swish" and m["lowering"] == lowering and m["opset"] == newest)
+        spec = dict(row=row, workload="swish", beta=item["beta"], threads=args.threads, warmup=args.warmup, runs=args.runs,
+                    opset=newest, ort_opt_level=level, model_path=str(Path(args.artifacts) / item["file"]), plugin=library)
+        result = subprocess.run([sys.executable, "-m", "bench.measure", json.dumps(spec)], capture_output=True, text=True)
+        if result.returncode != 0:
+            print(result.stderr[-2000:], file=sys.stderr)
+            return 1
+        measured = json.loads(result.stdout.strip().splitlines()[-1])
+        rows.append((row, level, measured))
+        print(f"  {row:14} {level:5} p50 {measured['p50_ms']:8.3f} ms  peak {measured['peak_mb']:7.1f} MB  graph {measured['graph']}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="runner", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name in ("verify", "dump", "bench"):
+        p = sub.add_parser(name)
+        p.add_argument("--artifacts", type=Path, default=DEFAULT_ARTIFACTS)
+        p.add_argument("--plugin", type=Path, help="plugin library (default: $MYOPS_ORT_PLUGIN or the built one)")
+        p.add_argument("--providers", help="comma-separated execution providers (default: CUDA if present, CPU)")
+        if name == "dump":
+            p.add_argument("--out", type=Path, required=True, help="directory for outputs.npz and provenance.json")
+        if name == "bench":
+            p.add_argument("--threads", type=int, default=os.cpu_count())
+            p.add_argument("--warmup", type=int, default=10)
+            p.add_argument("--runs", type=int, default=100)
+    args = parser.parse_args(argv)
+    try:
+        return {"verify": verify, "dump": dump, "bench": bench}[args.command](args)
+    except (ArtifactError, PluginError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
