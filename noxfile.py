@@ -75,18 +75,84 @@ def list(session: nox.Session) -> None:  # noqa: A001 - the session is called `l
     session.run(sys.executable, "-m", "lab.matrix", external=True)
 
 
+def _base_overrides(session: nox.Session, values: list[str]) -> dict:
+    overrides = {}
+    for value in values:
+        role, _, tag = value.partition("=")
+        if role not in ("build", "runtime") or not tag:
+            session.error(f"--base-image takes build=<image> or runtime=<image>; got {value!r}")
+        overrides[role] = tag
+    return overrides
+
+
 @nox.session(python=PYTHON)
 def build(session: nox.Session) -> None:
-    """Build the extension and the ORT plugin for matrix entries (default: cpu)."""
+    """Build matrix entries (default: cpu): Docker images, or the extension and plugin locally."""
+    from lab import docker
+
     parser = argparse.ArgumentParser(prog="nox -s build --", description=build.__doc__)
-    parser.add_argument("entries", nargs="*", default=[matrix.DEFAULT_ENTRY], help="matrix entry ids")
-    parser.add_argument("--backend", choices=["local"], default="local",
-                        help="where to build: local (this machine's virtualenv)")
-    parser.add_argument("--cuda", choices=["ON", "OFF", "AUTO"], default="AUTO", help="CUDA kernels in the plugin")
+    parser.add_argument("entries", nargs="*", default=[matrix.DEFAULT_ENTRY], help="matrix entry ids (nox -s list)")
+    parser.add_argument("--backend", choices=["docker", "local"],
+                        help="docker: the entry's train and infer images; local: this machine's virtualenv "
+                             "(default: docker when a daemon answers, else local)")
+    parser.add_argument("--base-image", action="append", default=[], metavar="ROLE=IMAGE",
+                        help="use a local image as the build or runtime base (e.g. build=my/cuda:12.1-devel)")
+    parser.add_argument("--cuda", choices=["ON", "OFF", "AUTO"], default="AUTO", help="local: CUDA kernels in the plugin")
     args = _parse(session, parser)
+    backend = args.backend or ("docker" if docker.daemon_version() else "local")
+    session.log(f"backend: {backend}; nvcc {_tool_version(['nvcc', '--version'])}; "
+                f"docker {docker.daemon_version() or 'no daemon'}")
     for entry_id in args.entries:
-        _install(session, _entry(session, entry_id))
-        _build(session, cuda=args.cuda)
+        if backend == "local":
+            _install(session, _entry(session, entry_id))
+            _build(session, cuda=args.cuda)
+            continue
+        try:
+            matrix.entry(entry_id)
+            session.install("-r", str(REPO / "requirements" / "nox.txt"))
+            tags = docker.build_images(entry_id, base_overrides=_base_overrides(session, args.base_image), log=session.log)
+        except (matrix.MatrixError, docker.DockerError) as exc:
+            session.error(str(exc))
+        session.log(f"{entry_id}: {tags['train']} and {tags['infer']}")
+
+
+def _tool_version(cmd: list[str]) -> str:
+    import shutil
+    import subprocess
+
+    if shutil.which(cmd[0]) is None:
+        return "not installed"
+    out = subprocess.run(cmd, capture_output=True, text=True).stdout.strip().splitlines()
+    return out[-1] if out else "unknown"
+
+
+@nox.session(python=PYTHON)
+def publish(session: nox.Session) -> None:
+    """Push an entry's images to --registry, or write them as a docker-save archive for `docker load`."""
+    from lab import docker
+
+    parser = argparse.ArgumentParser(prog="nox -s publish --", description=publish.__doc__)
+    parser.add_argument("entry", nargs="?", default=matrix.DEFAULT_ENTRY)
+    target = parser.add_mutually_exclusive_group(required=True)
+    target.add_argument("--registry", help="e.g. registry.example.com:5000/team; images are tagged and pushed there")
+    target.add_argument("--archive", type=Path, help="directory for <entry>-images.tar.gz and its .sha256")
+    parser.add_argument("--infer-only", action="store_true", help="only the infer image (what a GPU host needs)")
+    args = _parse(session, parser)
+    try:
+        docker.require_daemon()
+        tags = docker.image_tags(matrix.entry(args.entry))
+        wanted = [tags["infer"]] if args.infer_only else [tags["train"], tags["infer"]]
+        missing = [t for t in wanted if not docker.image_id(t)]
+        if missing:
+            session.error(f"images {missing} are not built: run `nox -s build -- {args.entry}` first")
+        if args.registry:
+            for remote in docker.push(wanted, args.registry, log=session.log):
+                session.log(f"pushed {remote}")
+        else:
+            archive = docker.save_archive(wanted, args.archive, f"{args.entry}-images", log=session.log)
+            session.log(f"wrote {archive} (+ .sha256); on the host: gunzip -c {archive.name} | docker load")
+    except (matrix.MatrixError, docker.DockerError) as exc:
+        session.error(str(exc))
 
 
 @nox.session(python=PYTHON)

@@ -42,6 +42,10 @@ def _semantic_problems(entries: dict) -> list[str]:
         if ("CUDAExecutionProvider" in entry["execution_providers"]) != cuda:
             problems.append(f"entry '{name}', field 'execution_providers': CUDAExecutionProvider exactly for cuda entries")
         ort_minor = int(entry["onnxruntime"]["version"].split(".")[1])
+        headers_minor = int(entry["ort_headers"]["version"].split(".")[1])
+        if headers_minor > ort_minor:
+            problems.append(f"entry '{name}', field 'ort_headers.version': headers {entry['ort_headers']['version']} are newer "
+                            f"than onnxruntime {entry['onnxruntime']['version']}; the plugin would not load")
         for opset in entry["opsets"]:
             # ORT's documented floor: opset 17 needs 1.13, 18 needs 1.14, 19 needs 1.15, 20 needs 1.17, 21 needs 1.20
             needed = {17: 13, 18: 14, 19: 15, 20: 17, 21: 20}.get(opset) if isinstance(opset, int) else None

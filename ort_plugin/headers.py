@@ -110,7 +110,7 @@ def _from_release_archive(pin: HeaderPin, cache_dir: Path, work: Path) -> Path:
     return _install_into_cache(next((work / "x").glob("*/include")), cache_dir)
 
 
-def _debian_mirror() -> str:
+def debian_mirror() -> str:
     """The Debian mirror this machine already uses (deb822 or one-line format)."""
     candidates = sorted(Path("/etc/apt/sources.list.d").glob("*.sources")) + [Path("/etc/apt/sources.list")]
     candidates += sorted(Path("/etc/apt/sources.list.d").glob("*.list"))
@@ -129,7 +129,7 @@ def _from_debian(pin: HeaderPin, cache_dir: Path, work: Path) -> Path:
         raise HeadersNotFound("no Debian package pinned for these headers")
     if shutil.which("apt-get") is None or shutil.which("dpkg") is None:
         raise HeadersNotFound("apt-get/dpkg not available (not a Debian-like machine)")
-    mirror = _debian_mirror()
+    mirror = debian_mirror()
     (work / "lists" / "partial").mkdir(parents=True)
     (work / "cache" / "archives" / "partial").mkdir(parents=True)
     (work / "sources.list").write_text(
