@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "swish.h"
+#include "swish_op_base.h"
 
 namespace myops {
 namespace cpu {
@@ -54,23 +55,8 @@ struct SwishKernel {
   }
 };
 
-struct SwishOp : Ort::CustomOpBase<SwishOp, SwishKernel, /*WithStatus=*/true> {
-  SwishOp() { InferOutputShapeFn = &SameTypeAndShapeAsInput; }
-
-  OrtStatusPtr CreateKernelV2(const OrtApi& api, const OrtKernelInfo* info, void** kernel) const {
-    float beta = kDefaultBeta;
-    if (OrtStatus* status = ReadBeta(api, info, &beta)) return status;
-    *kernel = new SwishKernel{beta};
-    return nullptr;
-  }
-
-  const char* GetName() const { return kSwishName; }
+struct SwishOp : SwishOpBase<SwishOp, SwishKernel, ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT> {
   const char* GetExecutionProviderType() const { return "CPUExecutionProvider"; }
-  size_t GetInputTypeCount() const { return 1; }
-  ONNXTensorElementDataType GetInputType(size_t) const { return ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT; }
-  size_t GetOutputTypeCount() const { return 1; }
-  ONNXTensorElementDataType GetOutputType(size_t) const { return ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT; }
-
 };
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "swish_cuda.h"
+#include "swish_op_base.h"
 
 namespace myops {
 namespace cuda {
@@ -39,22 +40,8 @@ struct SwishKernel {
 };
 
 template <ONNXTensorElementDataType kType>
-struct SwishOp : Ort::CustomOpBase<SwishOp<kType>, SwishKernel<kType>, /*WithStatus=*/true> {
-  SwishOp() { this->InferOutputShapeFn = &SameTypeAndShapeAsInput; }
-
-  OrtStatusPtr CreateKernelV2(const OrtApi& api, const OrtKernelInfo* info, void** kernel) const {
-    float beta = kDefaultBeta;
-    if (OrtStatus* status = ReadBeta(api, info, &beta)) return status;
-    *kernel = new SwishKernel<kType>{beta};
-    return nullptr;
-  }
-
-  const char* GetName() const { return kSwishName; }
+struct SwishOp : SwishOpBase<SwishOp<kType>, SwishKernel<kType>, kType> {
   const char* GetExecutionProviderType() const { return "CUDAExecutionProvider"; }
-  size_t GetInputTypeCount() const { return 1; }
-  ONNXTensorElementDataType GetInputType(size_t) const { return kType; }
-  size_t GetOutputTypeCount() const { return 1; }
-  ONNXTensorElementDataType GetOutputType(size_t) const { return kType; }
 };
 
 }  // namespace
