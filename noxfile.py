@@ -196,3 +196,25 @@ def report(session: nox.Session) -> None:
     """Rebuild every chart and summary under results/ from the CSVs alone."""
     session.install("-r", str(TOOLS))
     session.run("python", "-m", "bench.report", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def cross_machine_diff(session: nox.Session) -> None:
+    """Layer 3: the same ONNX files and inputs on several targets (default: docker local) must agree."""
+    from lab import docker
+
+    specs = [a for a in session.posargs if not a.startswith("-")] or ["docker", "local"]
+    _install(session, _entry(session, matrix.DEFAULT_ENTRY))
+    _build(session)
+    session.log("writing the artifacts every target runs (build/artifacts)")
+    session.run("python", "-m", "ops.artifacts", "--out", "build/artifacts")
+    for spec in specs:
+        where, _, entry_id = spec.partition("@")
+        tag = docker.image_tags(matrix.entry(entry_id or matrix.DEFAULT_ENTRY))["infer"]
+        if where == "docker" and docker.daemon_version() and not docker.image_id(tag):
+            session.log(f"{tag} is not built on the local daemon yet: building it")
+            try:
+                docker.build_images(entry_id or matrix.DEFAULT_ENTRY, log=session.log)
+            except docker.DockerError as exc:
+                session.error(str(exc))
+    session.run("python", "-m", "bench.cross_machine_diff", *session.posargs)

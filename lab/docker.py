@@ -43,9 +43,7 @@ def _docker(*args: str, host: str | None = None, timeout: float | None = 600, ch
     if shutil.which("docker") is None:
         raise DockerError("the docker CLI is not installed: install Docker (Debian: apt-get install docker.io) "
                           "or use --backend local")
-    env = dict(os.environ, DOCKER_BUILDKIT="0")  # the classic builder: no buildx plugin needed
-    if host:
-        env["DOCKER_HOST"] = host
+    env = daemon_env(host)
     try:
         result = subprocess.run(["docker", *args], capture_output=capture, timeout=timeout, env=env)
     except subprocess.TimeoutExpired as exc:
@@ -55,6 +53,18 @@ def _docker(*args: str, host: str | None = None, timeout: float | None = 600, ch
         err = (result.stderr or b"").decode(errors="replace").strip().splitlines()
         raise DockerError(f"`docker {' '.join(args[:3])}` failed: {' | '.join(err[-6:])}")
     return result
+
+
+def daemon_env(host: str | None) -> dict:
+    """Environment for the docker CLI: host is a daemon address (unix://, tcp://, ssh://) or
+    'context:NAME' for a docker context; None is the CLI's own default."""
+    env = dict(os.environ, DOCKER_BUILDKIT="0")  # the classic builder: no buildx plugin needed
+    if host and host.startswith("context:"):
+        env["DOCKER_CONTEXT"] = host.split(":", 1)[1]
+        env.pop("DOCKER_HOST", None)
+    elif host:
+        env["DOCKER_HOST"] = host
+    return env
 
 
 def daemon_version(host: str | None = None, timeout: float = 15) -> str | None:
@@ -313,7 +323,7 @@ def save_archive(tags: list[str], out_dir: Path, name: str, *, host: str | None 
     out_dir.mkdir(parents=True, exist_ok=True)
     archive = out_dir / f"{name}.tar.gz"
     tmp = out_dir / f".{name}.tar.gz.partial"
-    env = dict(os.environ, **({"DOCKER_HOST": host} if host else {}))
+    env = daemon_env(host)
     log(f"[docker] saving {', '.join(tags)} to {archive} ...")
     digest = hashlib.sha256()
     with subprocess.Popen(["docker", "save", *tags], stdout=subprocess.PIPE, env=env) as proc, open(tmp, "wb") as raw:
@@ -343,7 +353,7 @@ def load_archive(archive: Path, *, host: str | None = None) -> None:
             digest.update(block)
     if digest.hexdigest() != expected:
         raise DockerError(f"{archive}: sha256 does not match {sums.name}: the archive is damaged; copy it again")
-    env = dict(os.environ, **({"DOCKER_HOST": host} if host else {}))
+    env = daemon_env(host)
     with gzip.open(archive, "rb") as stream, subprocess.Popen(["docker", "load"], stdin=subprocess.PIPE, env=env,
                                                               stdout=subprocess.DEVNULL) as proc:
         for block in iter(lambda: stream.read(1 << 20), b""):

@@ -15,6 +15,7 @@ if str(REPO) not in sys.path:
 def pytest_configure(config):
     config.addinivalue_line("markers", "bigmem: needs ~18 GB of free memory (tensors beyond 2^31 elements)")
     config.addinivalue_line("markers", "nvcc: compiles CUDA sources; needs nvcc")
+    config.addinivalue_line("markers", "docker: needs a Docker daemon (required in CI via MYOPS_REQUIRE_DOCKER=1)")
 
 
 @pytest.fixture(scope="session")
@@ -37,3 +38,71 @@ def plugin_path() -> Path:
 @pytest.fixture(scope="session")
 def in_ci() -> bool:
     return os.environ.get("CI") == "true"
+
+
+# ---------------------------------------------------------------- Docker (real daemons)
+
+@pytest.fixture(scope="session")
+def daemon():
+    from lab import docker
+
+    version = docker.daemon_version()
+    if version is None:
+        reason = "no Docker daemon answers (start dockerd, see .ci/run)"
+        if os.environ.get("MYOPS_REQUIRE_DOCKER") == "1":
+            pytest.fail(reason + "; MYOPS_REQUIRE_DOCKER=1 says these tests must run here")
+        pytest.skip(reason)
+    return version
+
+
+@pytest.fixture(scope="session")
+def cpu_images(daemon):
+    """The cpu entry's train and infer images on the default daemon (built, or reused from cache)."""
+    from lab import docker
+
+    return docker.build_images("cpu", log=lambda message: None)
+
+
+@pytest.fixture(scope="session")
+def second_daemon(daemon, tmp_path_factory):
+    """A second, independent dockerd (own socket, data root, exec root): another 'machine'."""
+    import shutil
+    import subprocess
+    import time
+
+    from lab import docker
+
+    if shutil.which("dockerd") is None:
+        pytest.fail("dockerd is not installed but a daemon answers: install docker.io to run a second one")
+    root = tmp_path_factory.mktemp("dockerd-b")
+    host = f"unix://{root}/docker.sock"
+    log = open(root / "dockerd.log", "w")
+    proc = subprocess.Popen(
+        ["dockerd", "--host", host, "--data-root", str(root / "data"), "--exec-root", str(root / "exec"),
+         "--pidfile", str(root / "docker.pid"), "--storage-driver", "vfs", "--iptables=false", "--bridge=none"],
+        stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.time() + 60
+        while docker.daemon_version(host, timeout=5) is None:
+            if time.time() > deadline or proc.poll() is not None:
+                pytest.fail("the second dockerd did not come up: " + (root / "dockerd.log").read_text()[-2000:])
+            time.sleep(1)
+        yield host
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+@pytest.fixture(scope="session")
+def infer_on_second_daemon(cpu_images, second_daemon, tmp_path_factory):
+    """The cpu infer image moved to the second daemon the way a user would: a checked archive."""
+    from lab import docker
+
+    out = tmp_path_factory.mktemp("archive")
+    archive = docker.save_archive([cpu_images["infer"]], out, "cpu-infer", log=lambda m: None)
+    docker.load_archive(archive, host=second_daemon)
+    return second_daemon

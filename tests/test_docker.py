@@ -6,32 +6,14 @@ turns that skip into a failure, so CI cannot pass without running them.
 """
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 import time
-from pathlib import Path
 
 import pytest
 
 from lab import docker, matrix
 
 pytestmark = pytest.mark.docker
-
-
-@pytest.fixture(scope="module")
-def daemon():
-    if docker.daemon_version() is None:
-        reason = "no Docker daemon answers (start dockerd, see .ci/run)"
-        if os.environ.get("MYOPS_REQUIRE_DOCKER") == "1":
-            pytest.fail(reason + "; MYOPS_REQUIRE_DOCKER=1 says these tests must run here")
-        pytest.skip(reason)
-    return docker.daemon_version()
-
-
-@pytest.fixture(scope="module")
-def cpu_images(daemon):
-    return docker.build_images("cpu", log=lambda message: None)
 
 
 def test_unchanged_rebuild_is_a_no_op(cpu_images):
@@ -83,44 +65,16 @@ def test_infer_refuses_a_damaged_artifact(cpu_images):
     assert "does not match the manifest" in result.stderr.decode(errors="replace")
 
 
-@pytest.fixture(scope="module")
-def second_daemon(daemon, tmp_path_factory):
-    """A second, independent dockerd (own socket, data root, exec root): another 'machine'."""
-    if shutil.which("dockerd") is None:
-        pytest.fail("dockerd is not installed but a daemon answers: install docker.io to run a second one")
-    root = tmp_path_factory.mktemp("dockerd-b")
-    host = f"unix://{root}/docker.sock"
-    log = open(root / "dockerd.log", "w")
-    proc = subprocess.Popen(
-        ["dockerd", "--host", host, "--data-root", str(root / "data"), "--exec-root", str(root / "exec"),
-         "--pidfile", str(root / "docker.pid"), "--storage-driver", "vfs", "--iptables=false", "--bridge=none"],
-        stdout=log, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.time() + 60
-        while docker.daemon_version(host, timeout=5) is None:
-            if time.time() > deadline or proc.poll() is not None:
-                pytest.fail("the second dockerd did not come up: " + (root / "dockerd.log").read_text()[-2000:])
-            time.sleep(1)
-        yield host
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
-
-
-def test_archive_moves_infer_to_another_daemon(cpu_images, second_daemon, tmp_path):
-    archive = docker.save_archive([cpu_images["infer"]], tmp_path, "cpu-infer", log=lambda m: None)
-    assert Path(str(archive) + ".sha256").read_text().split()[0]
-    assert docker.image_id(cpu_images["infer"], host=second_daemon) is None
-    docker.load_archive(archive, host=second_daemon)
+def test_archive_moves_infer_to_another_daemon(cpu_images, second_daemon, infer_on_second_daemon):
+    # infer_on_second_daemon saved the image to a .tar.gz + .sha256 and loaded it into the second
+    # daemon, which had no images of its own before.
+    assert docker.image_id(cpu_images["infer"], host=second_daemon) == docker.image_id(cpu_images["infer"])
+    assert docker.image_id(cpu_images["train"], host=second_daemon) is None
     result = docker.run(cpu_images["infer"], "verify", host=second_daemon)
     assert result.returncode == 0 and b"all models match" in result.stdout, result.stdout + result.stderr
 
 
-def test_damaged_archive_is_refused(cpu_images, tmp_path):
+def test_damaged_archive_is_refused(tmp_path):
     archive = tmp_path / "x.tar.gz"
     archive.write_bytes(b"not an archive")
     (tmp_path / "x.tar.gz.sha256").write_text("0" * 64 + "  x.tar.gz\n")
