@@ -2,6 +2,8 @@
 # numpy, the plugin, the artifacts and the torch-free runner. NO PyTorch in the final stage.
 #   docker run --rm [--gpus all] <image> verify | dump --out DIR | bench
 # Labels (OCI source, revision, version, created, matrix entry) are set by lab/docker.py.
+# NOTE: metadata instructions come early, while the image is small: under the vfs storage driver
+# every instruction copies the whole image.
 ARG BASE_BUILD
 ARG BASE_RUNTIME
 ARG TRAIN_IMAGE
@@ -20,6 +22,11 @@ RUN (command -v cmake >/dev/null || (apt-get update && DEBIAN_FRONTEND=nonintera
  && cmake --build /build -j "$(nproc)"
 
 FROM ${BASE_RUNTIME} AS deps
+ARG ENTRY REVISION=unknown
+ENV PATH=/opt/venv/bin:$PATH PYTHONPATH=/opt/myops/app MYOPS_ORT_PLUGIN=/opt/myops/lib/libmyops_ort.so \
+    MYOPS_ARTIFACTS=/opt/myops/artifacts MYOPS_MATRIX_ENTRY=${ENTRY} MYOPS_GIT_SHA=${REVISION}
+ENTRYPOINT ["python", "-m", "ort_plugin.runner"]
+CMD ["verify"]
 COPY locks/infer.txt wheels-infer/ /tmp/wheels/
 RUN (command -v python3 >/dev/null && python3 -c "import venv" 2>/dev/null || \
      (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
@@ -29,12 +36,7 @@ RUN (command -v python3 >/dev/null && python3 -c "import venv" 2>/dev/null || \
  && rm -rf /tmp/wheels && useradd --create-home --uid 10001 lab
 
 FROM deps AS infer
-ARG ENTRY REVISION=unknown
 COPY --from=plugin /build/libmyops_ort.so /opt/myops/lib/libmyops_ort.so
 COPY --from=artifacts /lab/artifacts /opt/myops/artifacts
 COPY app/ /opt/myops/app/
-ENV PATH=/opt/venv/bin:$PATH PYTHONPATH=/opt/myops/app MYOPS_ORT_PLUGIN=/opt/myops/lib/libmyops_ort.so \
-    MYOPS_ARTIFACTS=/opt/myops/artifacts MYOPS_MATRIX_ENTRY=${ENTRY} MYOPS_GIT_SHA=${REVISION}
 USER lab
-ENTRYPOINT ["python", "-m", "ort_plugin.runner"]
-CMD ["verify"]

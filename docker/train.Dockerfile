@@ -1,13 +1,17 @@
 # The training side of one matrix entry: PyTorch + compiler, the extension built for the entry's
 # TORCH_CUDA_ARCH_LIST (and checked), the ONNX artifacts exported for the entry's opsets.
-# Versions arrive as build args and labels filled from matrix.yaml by lab/docker.py, which also
-# prepares the context (src/ with the pinned ORT headers in src/.cache, wheels-train/, locks/).
+# lab/docker.py fills everything from matrix.yaml: the context (src/ with the pinned ORT headers in
+# src/.cache and the entry's environment in src/.image.env, wheels-train/, locks/), build args, labels.
 # Packages come from the host-side wheelhouse, checked against the lock's hashes: no network.
 # NOTE: instructions are few and merged on purpose: under the vfs storage driver each one is a
 # full copy of the image's filesystem.
 ARG BASE_BUILD
 
 FROM ${BASE_BUILD} AS deps
+# Metadata first, while the image is small (see the NOTE above); the script arrives with src/.
+ENTRYPOINT ["/lab/.image-entrypoint"]
+# Alignment layers 1 and 2 inside the image.
+CMD ["python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_swish_extension.py", "tests/test_alignment_onnx.py", "-m", "not bigmem"]
 COPY locks/train.txt wheels-train/ /tmp/wheels/
 # NVIDIA CUDA bases ship no Python; the lab's own Debian bases already have it (and no network).
 RUN (command -v python3 >/dev/null && python3 -c "import venv" 2>/dev/null || \
@@ -17,14 +21,9 @@ RUN (command -v python3 >/dev/null && python3 -c "import venv" 2>/dev/null || \
  && /opt/venv/bin/pip install --no-cache-dir --no-index --find-links /tmp/wheels --require-hashes -r /tmp/wheels/train.txt
 
 FROM deps AS train
-ARG ENTRY TORCH_CUDA_ARCH_LIST="" REVISION=unknown
 COPY src/ /lab/
-ENV PATH=/opt/venv/bin:$PATH PYTHONPATH=/lab XDG_CACHE_HOME=/lab/.cache MYOPS_MATRIX_ENTRY=${ENTRY} \
-    TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST} MYOPS_GIT_SHA=${REVISION}
-RUN rm -rf /tmp/wheels && cd /lab \
+RUN /lab/.image-entrypoint sh -c 'rm -rf /tmp/wheels \
  && python -m ops.build \
  && python -m ops.check_archs \
  && python -m ort_plugin.build --cuda AUTO \
- && python -m ops.artifacts --out /lab/artifacts --entry "${ENTRY}"
-# Alignment layers 1 and 2 inside the image.
-CMD ["python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", "/lab", "/lab/tests/test_swish_extension.py", "/lab/tests/test_alignment_onnx.py", "-m", "not bigmem"]
+ && python -m ops.artifacts --out /lab/artifacts --entry "$MYOPS_MATRIX_ENTRY"'

@@ -226,6 +226,13 @@ def prepare_context(entry: dict, locks: dict, *, log=print) -> tuple[Path, str]:
             _link_or_copy(source, context / "src" / name)
     for name in RUNNER_FILES:
         _link_or_copy(REPO / name, context / "app" / name)
+    _link_or_copy(DOCKER_DIR / "train-entrypoint.sh", context / "src" / ".image-entrypoint")
+    image_env = {
+        "PATH": "/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "PYTHONPATH": "/lab", "XDG_CACHE_HOME": "/lab/.cache", "MYOPS_MATRIX_ENTRY": entry["id"],
+        "TORCH_CUDA_ARCH_LIST": " ".join(entry["torch_cuda_arch_list"]), "MYOPS_GIT_SHA": _revision(),
+    }
+    (context / "src" / ".image.env").write_text("".join(f"{k}='{v}'\n" for k, v in image_env.items()))
     found = resolve(pin=pin_from_matrix(entry["id"]), log=log)
     # Inside the image src/ is /lab and XDG_CACHE_HOME=/lab/.cache: the header cache layout.
     shutil.copytree(found.include_dir, context / "src" / ".cache" / "myops-lab" / "ort-headers" / found.version / "include")
