@@ -230,8 +230,8 @@ def prepare_context(entry: dict, locks: dict, *, log=print) -> tuple[Path, str]:
     image_env = {
         "PATH": "/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
         "PYTHONPATH": "/lab", "XDG_CACHE_HOME": "/lab/.cache", "MYOPS_MATRIX_ENTRY": entry["id"],
-        "TORCH_CUDA_ARCH_LIST": " ".join(entry["torch_cuda_arch_list"]), "MYOPS_GIT_SHA": _revision(),
-    }
+        "TORCH_CUDA_ARCH_LIST": " ".join(entry["torch_cuda_arch_list"]),
+    }  # NOTE: no git revision here (it is a label): a commit that leaves the sources alone rebuilds nothing
     (context / "src" / ".image.env").write_text("".join(f"{k}='{v}'\n" for k, v in image_env.items()))
     found = resolve(pin=pin_from_matrix(entry["id"]), log=log)
     # Inside the image src/ is /lab and XDG_CACHE_HOME=/lab/.cache: the header cache layout.
