@@ -130,6 +130,12 @@ def summary(entry_dir: Path, rows: list[dict], targets: list[dict]) -> str:
              "Latency: median (p50) of timed runs after warm-ups, `time.perf_counter`; each row in a fresh process. "
              f"Memory: {first['memory_method']}. GB/s: the least bytes the workload must move (read x, write y) "
              "over p50; 'of copy floor' is the copy's p50 over the row's (1.00 = as fast as a plain copy).", "",
+             "Reading the PyTorch rows: they allocate their output on every call, and the composite two more "
+             "temporaries of the same size; glibc returns blocks that large to the kernel when freed, so every "
+             "call page-faults them in again, which is most of the composite's time on a VM like this one. The "
+             "peaks of PyTorch rows also hold one-time start-up of the first call (OpenMP threads, allocator); "
+             "ORT's arena keeps its blocks, so ORT peaks are the tensors alone. The paired ratios under Targets "
+             "compare rows side by side in one warm process.", "",
              "![latency](latency.png)", "", "![memory](memory.png)", ""]
     for workload in ("swish", "ffn"):
         wrows = [r for r in rows if r["workload"] == workload]
