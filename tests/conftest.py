@@ -95,6 +95,8 @@ def second_daemon(daemon, tmp_path_factory):
         except subprocess.TimeoutExpired:
             proc.kill()
         log.close()
+        # vfs keeps a full copy per layer: gigabytes that must not pile up across runs.
+        shutil.rmtree(root / "data", ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
