@@ -114,6 +114,18 @@ def _profile_share(trace_path: str) -> float | None:
     return round(swish / runs, 4) if runs else None
 
 
+def _torch_trace(call, prefix: str, calls: int = 10) -> str:
+    """A torch profiler chrome trace of a few calls, after the timed runs (so timing is unaffected)."""
+    import torch
+
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profiler:
+        for _ in range(calls):
+            call()
+    path = f"{prefix}.torch.json"
+    profiler.export_chrome_trace(path)
+    return path
+
+
 # ---------------------------------------------------------------- measurement
 
 def measure(spec: dict) -> dict:
@@ -148,6 +160,8 @@ def measure(spec: dict) -> dict:
             trace = session.end_profiling()
             result["trace"] = trace
             result["custom_node_share"] = _profile_share(trace) if spec["row"] == "ort_custom" else None
+        elif spec.get("profile_prefix"):
+            result["trace"] = _torch_trace(call, spec["profile_prefix"])
     return result
 
 

@@ -121,7 +121,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pairs", type=int, default=100, help="alternating A/B pairs per target ratio")
     parser.add_argument("--no-targets", action="store_true", help="skip the paired target ratios")
     parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile reference row")
-    parser.add_argument("--profile", action="store_true", help="ORT chrome traces under results/<entry>/traces/")
+    parser.add_argument("--profile", action="store_true",
+                        help="ORT and torch profiler chrome traces under results/<entry>/traces/ (the summary "
+                             "states the custom node's share of the ORT run time)")
     parser.add_argument("--results", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
 
@@ -145,8 +147,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.profile:
             trace_dir.mkdir(parents=True, exist_ok=True)
             for spec in specs:
-                if spec["row"].startswith("ort_"):
-                    spec["profile_prefix"] = str(trace_dir / f"{spec['workload']}-{spec['row']}-{spec.get('ort_opt_level')}-opset{spec['opset']}")
+                level = spec.get("ort_opt_level") or "torch"
+                spec["profile_prefix"] = str(trace_dir / f"{spec['workload']}-{spec['row']}-{level}-opset{spec.get('opset', '-')}")
         rows = []
         for number, spec in enumerate(specs, 1):
             label = f"{spec['workload']:5} {spec['row']:15} {spec.get('ort_opt_level', ''):5} opset {spec.get('opset', '-')}"
