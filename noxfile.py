@@ -184,11 +184,38 @@ def tests(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def bench(session: nox.Session) -> None:
-    """The main job: measure every row for an entry and write results/<entry>/ (CSV, charts, summary)."""
-    entry_id = next((a.split("=", 1)[1] for a in session.posargs if a.startswith("--entry=")), matrix.DEFAULT_ENTRY)
-    _install(session, _entry(session, entry_id))
-    _build(session)
-    session.run("python", "-m", "bench.run", *session.posargs)
+    """The main job: measure every row for an entry and write results/<entry>/ (CSV, charts, summary).
+
+    Runs inside the entry's train image when a Docker daemon answers (--backend docker), else in a
+    local virtualenv with the entry's pins; other options go to `python -m bench.run` (see --help).
+    """
+    from lab import docker
+
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--backend", choices=["docker", "local"])
+    parser.add_argument("--entry", default=matrix.DEFAULT_ENTRY)
+    args, rest = parser.parse_known_args(session.posargs)
+    entry = _entry(session, args.entry)
+    backend = args.backend or ("docker" if docker.daemon_version() else "local")
+    session.log(f"backend: {backend} (docker daemon: {docker.daemon_version() or 'none'})")
+    if backend == "local":
+        _install(session, entry)
+        _build(session)
+        session.run("python", "-m", "bench.run", "--entry", args.entry, *rest)
+        return
+    session.install("-r", str(REPO / "requirements" / "nox.txt"))
+    try:
+        tags = docker.build_images(args.entry, log=session.log)
+        image = f"{tags['train']}@{docker.image_id(tags['train'])}"
+        (REPO / "results").mkdir(exist_ok=True)
+        result = docker.run_interactive(
+            tags["train"], "python", "-m", "bench.run", "--entry", args.entry, "--results", "/lab/results", *rest,
+            volumes={str(REPO / "results"): "/lab/results"},
+            env={"MYOPS_IMAGE": image, "MYOPS_GIT_SHA": docker.revision()})
+    except docker.DockerError as exc:
+        session.error(str(exc))
+    if result != 0:
+        session.error(f"the benchmark failed inside {tags['train']} (exit {result})")
 
 
 @nox.session(python=PYTHON)

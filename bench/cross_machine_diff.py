@@ -19,7 +19,6 @@ import concurrent.futures
 import fnmatch
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile

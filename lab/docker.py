@@ -271,7 +271,7 @@ def _created() -> str:
     return _dt.datetime.fromtimestamp(int(epoch), _dt.timezone.utc).isoformat().replace("+00:00", "Z")
 
 
-def _revision() -> str:
+def revision() -> str:
     result = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=REPO)
     return result.stdout.strip() or "unknown"
 
@@ -292,9 +292,9 @@ def build_images(entry_id: str, *, base_overrides: dict | None = None, log=print
     context, headers_version = prepare_context(entry, locks, log=log)
     tags = image_tags(entry)
     cuda = entry["device"] == "cuda"
-    revision = _revision()
+    source_revision = revision()
     common = {
-        "ENTRY": entry["id"], "BASE_BUILD": bases["build"], "BASE_RUNTIME": bases["runtime"], "REVISION": revision,
+        "ENTRY": entry["id"], "BASE_BUILD": bases["build"], "BASE_RUNTIME": bases["runtime"], "REVISION": source_revision,
         "TORCH_CUDA_ARCH_LIST": " ".join(entry["torch_cuda_arch_list"]),
         "CUDA_MODE": "ON" if cuda else "OFF",
         "CUDA_ARCHITECTURES": cmake_cuda_architectures(entry["torch_cuda_arch_list"]),
@@ -304,7 +304,7 @@ def build_images(entry_id: str, *, base_overrides: dict | None = None, log=print
     for kind in ("train", "infer"):
         args = dict(common, TRAIN_IMAGE=tags["train"]) if kind == "infer" else common
         labels = {"org.opencontainers.image.title": f"myops-lab {kind} ({entry['id']})",
-                  "org.opencontainers.image.source": "myops-lab", "org.opencontainers.image.revision": revision,
+                  "org.opencontainers.image.source": "myops-lab", "org.opencontainers.image.revision": source_revision,
                   "org.opencontainers.image.version": versions[kind], "org.opencontainers.image.created": _created(),
                   "lab.matrix.entry": entry["id"]}
         build_args = [part for key, value in args.items() for part in ("--build-arg", f"{key}={value}")]
@@ -315,6 +315,15 @@ def build_images(entry_id: str, *, base_overrides: dict | None = None, log=print
                 timeout=3600)
         log(f"[docker] built {tags[kind]} in {time.perf_counter() - started:.0f} s")
     return tags
+
+
+def run_interactive(tag: str, *args: str, volumes: dict, env: dict, host: str | None = None) -> int:
+    """docker run --rm with output streamed to the terminal (long jobs show their progress)."""
+    mounts = [part for source, target in volumes.items() for part in ("-v", f"{source}:{target}")]
+    variables = [part for key, value in env.items() for part in ("-e", f"{key}={value}")]
+    result = subprocess.run(["docker", "run", "--rm", "--network", "none", *mounts, *variables, tag, *args],
+                            env=daemon_env(host))
+    return result.returncode
 
 
 def run(tag: str, *args: str, host: str | None = None, entrypoint: str | None = None, timeout: float = 1800):
