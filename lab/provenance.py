@@ -27,6 +27,13 @@ def _run(cmd: list[str], cwd: Path | None = None) -> str | None:
     return result.stdout.strip() if result.returncode == 0 else None
 
 
+def first_line(cmd: list[str]) -> str | None:
+    """The first non-empty line a command prints (e.g. a compiler's --version), None if it fails."""
+    out = _run(cmd)
+    lines = [line.strip() for line in (out or "").splitlines() if line.strip()]
+    return lines[0] if lines else None
+
+
 def _version(module: str) -> str | None:
     try:
         return importlib.import_module(module).__version__
@@ -50,8 +57,9 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def nvcc_version() -> str | None:
-    out = _run(["nvcc", "--version"])
+def nvcc_version(nvcc: str = "nvcc") -> str | None:
+    """'13.0' from nvcc's last line ('Build cuda_13.0.r13.0/compiler...'), None without nvcc."""
+    out = _run([nvcc, "--version"])
     return out.splitlines()[-1].split("cuda_")[-1].split(".r")[0] if out and "cuda_" in out else None
 
 

@@ -9,10 +9,11 @@ from __future__ import annotations
 import json
 import os
 import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
+
+from lab.provenance import first_line
 
 REPO = Path(__file__).resolve().parent.parent
 KERNELS = REPO / "kernels"
@@ -20,15 +21,6 @@ CSRC = Path(__file__).resolve().parent / "csrc"
 BUILD_ROOT = Path(os.environ.get("MYOPS_BUILD_DIR", REPO / "build" / "ops"))
 LIB_NAME = "myops_swish"
 INFO_FILE = "build_info.json"
-
-
-def _first_line(cmd: list[str]) -> str | None:
-    try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=True).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    lines = [line for line in out.splitlines() if line.strip()]
-    return lines[-1].strip() if cmd[-1] == "--version" and "nvcc" in cmd[0] else (lines[0].strip() if lines else None)
 
 
 def torch_facts() -> dict:
@@ -63,10 +55,9 @@ def _cuda_wanted(facts: dict) -> bool:
 def _check_cuda_major(facts: dict) -> str:
     from torch.utils.cpp_extension import CUDA_HOME
 
-    nvcc = str(Path(CUDA_HOME) / "bin" / "nvcc")
-    line = _first_line([nvcc, "--version"]) or ""
-    # e.g. "Build cuda_13.0.r13.0/compiler.36424714_0"
-    version = line.split("cuda_")[-1].split(".r")[0] if "cuda_" in line else "unknown"
+    from lab.provenance import nvcc_version
+
+    version = nvcc_version(str(Path(CUDA_HOME) / "bin" / "nvcc")) or "unknown"
     if version.split(".")[0] != facts["torch_cuda"].split(".")[0]:
         raise RuntimeError(
             f"nvcc is CUDA {version} but torch was built with CUDA {facts['torch_cuda']}: the major versions must match. "
@@ -117,7 +108,7 @@ def build(verbose: bool = False) -> Path:
         "with_cuda": with_cuda,
         "nvcc": nvcc_version,
         "torch_cuda_arch_list": os.environ.get("TORCH_CUDA_ARCH_LIST") if with_cuda else None,
-        "compiler": _first_line([os.environ.get("CXX", "c++"), "--version"]),
+        "compiler": first_line([os.environ.get("CXX", "c++"), "--version"]),
         "built_seconds": round(time.perf_counter() - started, 2),
     }
     _write_json_atomically(build_dir / INFO_FILE, info)

@@ -16,6 +16,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from lab.provenance import first_line
+
 from . import headers as ort_headers
 
 PLUGIN_DIR = Path(__file__).resolve().parent
@@ -68,7 +70,7 @@ def build(*, cuda: str = "AUTO", include_dir: str | None = None, log=print) -> P
         "with_cuda": _cache_value(cache, "MYOPS_WITH_CUDA") == "ON",
         "cuda_compiler_version": _cache_value(cache, "MYOPS_CUDA_VERSION"),
         "cuda_architectures": _cache_value(cache, "CMAKE_CUDA_ARCHITECTURES"),
-        "compiler": _first_line([_cache_value(cache, "CMAKE_CXX_COMPILER") or "c++", "--version"]),
+        "compiler": first_line([_cache_value(cache, "CMAKE_CXX_COMPILER") or "c++", "--version"]),
     }
     tmp = build_dir / (INFO_FILE + ".tmp")
     tmp.write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
@@ -79,13 +81,6 @@ def build(*, cuda: str = "AUTO", include_dir: str | None = None, log=print) -> P
 def _cache_value(cache: str, key: str) -> str | None:
     match = re.search(rf"^{re.escape(key)}:[A-Z]+=(.*)$", cache, flags=re.M)
     return match.group(1) if match else None
-
-
-def _first_line(cmd: list[str]) -> str | None:
-    try:
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=30).stdout.splitlines()[0].strip()
-    except (OSError, IndexError, subprocess.SubprocessError):
-        return None
 
 
 def main(argv: list[str] | None = None) -> int:
