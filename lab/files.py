@@ -39,8 +39,8 @@ def write_csv_atomic(path: Path, rows: list[dict], columns: list[str]) -> None:
 
 def upsert_csv(path: Path, new_rows: list[dict], columns: list[str], key: list[str]) -> list[dict]:
     """Replace rows with the same key, keep the others, write atomically; returns all rows."""
-    def key_of(row):
-        return tuple(str(row.get(k, "")) for k in key)
+    def key_of(row):  # as written to CSV: None is an empty cell
+        return tuple("" if row.get(k) is None else str(row.get(k)) for k in key)
 
     fresh = {key_of(r) for r in new_rows}
     kept = [r for r in read_csv(path) if key_of(r) not in fresh]
