@@ -198,7 +198,8 @@ def wheelhouse(entry: dict, *, log=print) -> dict:
 # What the images are built from. NOTE: each COPY is a full filesystem copy under the vfs storage
 # driver these machines use, so the context is prepared to need as few COPY steps as possible.
 SOURCES = ["kernels", "ops", "ort_plugin", "lab", "bench", "tests", "matrix.yaml", "requirements"]
-RUNNER_FILES = ["ort_plugin/__init__.py", "ort_plugin/loader.py", "ort_plugin/runner.py", "lab/__init__.py",
+RUNNER_FILES = ["ort_plugin/__init__.py", "ort_plugin/loader.py", "ort_plugin/runner.py", "ort_plugin/doctor.py",
+                "ort_plugin/diagnose.py", "ort_plugin/library_info.py", "ort_plugin/onnx_file.py", "lab/__init__.py",
                 "lab/provenance.py", "bench/__init__.py", "bench/measure.py", "bench/workloads.py"]
 
 

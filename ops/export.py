@@ -192,7 +192,20 @@ def _torchscript_symbolic(lowering: str):
     return custom if lowering == "custom" else decomposed
 
 
-def _export_torchscript(model, example, path: Path, *, lowering: str, opset: int) -> None:
+def _check_dynamic_axes(dynamic_axes: dict) -> None:
+    # torch.onnx.export only warns about names that match no input or output, then exports fixed shapes.
+    known = (INPUT_NAME, OUTPUT_NAME)
+    unknown = sorted(set(dynamic_axes) - set(known))
+    if unknown:
+        raise ExportError(f"dynamic_axes names {unknown} match no input or output: this model's input is "
+                          f"'{INPUT_NAME}' and its output '{OUTPUT_NAME}'; key dynamic_axes by those names")
+    for name, axes in dynamic_axes.items():
+        if not isinstance(axes, dict) or not all(isinstance(a, int) and 0 <= a < 3 for a in axes):
+            raise ExportError(f"dynamic_axes['{name}'] must map axis numbers 0..2 to names, e.g. {DYNAMIC_AXES}; got {axes!r}")
+
+
+def _export_torchscript(model, example, path: Path, *, lowering: str, opset: int, symbolic_opset: int = 1,
+                        dynamic_axes: dict | None = None) -> None:
     if not hasattr(torch.onnx, "register_custom_op_symbolic"):
         raise ExportError(f"torch {torch.__version__} has no TorchScript ONNX exporter (dynamo=False): use --exporter dynamo")
     if opset > TORCHSCRIPT_MAX_OPSET:
@@ -203,16 +216,22 @@ def _export_torchscript(model, example, path: Path, *, lowering: str, opset: int
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # unregistering a name never registered warns
         torch.onnx.unregister_custom_op_symbolic(name, 1)
-    torch.onnx.register_custom_op_symbolic(name, _torchscript_symbolic(lowering), 1)
+    torch.onnx.register_custom_op_symbolic(name, _torchscript_symbolic(lowering), symbolic_opset)
     try:
         torch.onnx.export(
             model, (example,), str(path), dynamo=False, opset_version=opset,
             input_names=[INPUT_NAME], output_names=[OUTPUT_NAME],
-            dynamic_axes={INPUT_NAME: DYNAMIC_AXES, OUTPUT_NAME: DYNAMIC_AXES},
+            dynamic_axes=dynamic_axes if dynamic_axes is not None else {INPUT_NAME: DYNAMIC_AXES, OUTPUT_NAME: DYNAMIC_AXES},
             custom_opsets={DOMAIN: DOMAIN_VERSION} if lowering == "custom" else None,
         )
+    except torch.onnx.errors.UnsupportedOperatorError as exc:
+        if symbolic_opset > opset:
+            raise ExportError(f"the symbolic for {name} is registered from opset {symbolic_opset} but the export asks "
+                              f"for opset {opset}, and a symbolic only applies from its own opset up: register it with "
+                              f"opset_version <= {opset} (ops.export uses 1), or export at opset >= {symbolic_opset}") from exc
+        raise
     finally:
-        torch.onnx.unregister_custom_op_symbolic(name, 1)
+        torch.onnx.unregister_custom_op_symbolic(name, symbolic_opset)
 
 
 # ---------------------------------------------------------------- torch.export (dynamo) exporter
@@ -246,7 +265,7 @@ def _dynamo_translation(lowering: str, opset: int):
     return decomposed
 
 
-def _export_dynamo(model, example, path: Path, *, lowering: str, opset: int) -> None:
+def _export_dynamo(model, example, path: Path, *, lowering: str, opset: int, dynamic_axes: dict | None = None) -> None:
     try:
         import onnxscript
     except ImportError as exc:
@@ -261,7 +280,8 @@ def _export_dynamo(model, example, path: Path, *, lowering: str, opset: int) -> 
     program = torch.onnx.export(
         model, (example,), dynamo=True, opset_version=build_opset,
         input_names=[INPUT_NAME], output_names=[OUTPUT_NAME],
-        dynamic_shapes={INPUT_NAME: {axis: Dim(name) for axis, name in DYNAMIC_AXES.items()}},
+        dynamic_shapes={INPUT_NAME: {axis: Dim(name) for axis, name in
+                                     (dynamic_axes or {INPUT_NAME: DYNAMIC_AXES}).get(INPUT_NAME, {}).items()}},
         custom_translation_table={torch.ops.myops.swish.default: _dynamo_translation(lowering, build_opset)},
         verbose=False,
     )
@@ -290,7 +310,8 @@ def expected_activation(lowering: str, opset: int, beta: float, exporter: str) -
     return Counter({"Sigmoid": 1, "Mul": 1 if beta == 1.0 else 2})
 
 
-def check_graph(model: onnx.ModelProto, *, model_name: str, lowering: str, opset: int, beta: float, exporter: str) -> None:
+def check_graph(model: onnx.ModelProto, *, model_name: str, lowering: str, opset: int, beta: float, exporter: str,
+                dynamic_axes: dict | None = None) -> None:
     """Raise ExportError, printing what the graph holds, unless it is exactly what was asked for."""
     register_onnx_schema()
     try:
@@ -314,11 +335,13 @@ def check_graph(model: onnx.ModelProto, *, model_name: str, lowering: str, opset
         problems.append(f"missing opset import {DOMAIN}:{DOMAIN_VERSION}")
     if lowering == "decomposed" and DOMAIN in imports and any(n.startswith(DOMAIN) for n in nodes):
         problems.append(f"decomposed graph still uses the {DOMAIN} domain")
+    wanted_dynamic = dynamic_axes if dynamic_axes is not None else {INPUT_NAME: DYNAMIC_AXES, OUTPUT_NAME: DYNAMIC_AXES}
     for value in (*model.graph.input, *model.graph.output):
         dims = value.type.tensor_type.shape.dim
-        dynamic = [i for i, d in enumerate(dims) if d.dim_param]
-        if dynamic[:2] != [0, 1]:
-            problems.append(f"{value.name}: batch/seq axes not dynamic (dims {[d.dim_param or d.dim_value for d in dims]})")
+        dynamic = {i for i, d in enumerate(dims) if d.dim_param}
+        missing = sorted(set(wanted_dynamic.get(value.name, {})) - dynamic)
+        if missing:
+            problems.append(f"{value.name}: axes {missing} not dynamic (dims {[d.dim_param or d.dim_value for d in dims]})")
     if problems:
         raise ExportError("exported graph is not what was asked for: " + "; ".join(problems) + f"\n  graph holds: {describe(model)}")
 
@@ -346,12 +369,19 @@ def default_path(model_name: str, exporter: str, lowering: str, opset: int, out_
 
 
 def export(model_name: str, *, exporter: str = "dynamo", lowering: str = "custom", opset: int = 18,
-           beta: float = 1.0, path: str | os.PathLike | None = None, export_shape=(2, 16, 768), seed: int = 0) -> ExportResult:
-    """Export, check, and atomically write one model; returns what was written and how."""
+           beta: float = 1.0, path: str | os.PathLike | None = None, export_shape=(2, 16, 768), seed: int = 0,
+           dynamic_axes: dict | None = None, symbolic_opset: int = 1) -> ExportResult:
+    """Export, check, and atomically write one model; returns what was written and how.
+
+    dynamic_axes: {name: {axis: axis name}} for the input 'x' and output 'y' (default: batch and
+    seq of both). symbolic_opset: the opset the TorchScript symbolic is registered from.
+    """
     if exporter not in EXPORTERS:
         raise ExportError(f"unknown exporter {exporter!r}; choose one of {', '.join(EXPORTERS)}")
     if lowering not in LOWERINGS:
         raise ExportError(f"unknown lowering {lowering!r}; choose one of {', '.join(LOWERINGS)}")
+    if dynamic_axes is not None:
+        _check_dynamic_axes(dynamic_axes)
     load_extension()
     path = Path(path) if path else default_path(model_name, exporter, lowering, opset)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -362,11 +392,13 @@ def export(model_name: str, *, exporter: str = "dynamo", lowering: str = "custom
         with warnings.catch_warnings(record=True) as caught, _quiet():
             warnings.simplefilter("always")
             if exporter == "torchscript":
-                _export_torchscript(model, example, tmp_path, lowering=lowering, opset=opset)
+                _export_torchscript(model, example, tmp_path, lowering=lowering, opset=opset,
+                                    symbolic_opset=symbolic_opset, dynamic_axes=dynamic_axes)
             else:
-                _export_dynamo(model, example, tmp_path, lowering=lowering, opset=opset)
+                _export_dynamo(model, example, tmp_path, lowering=lowering, opset=opset, dynamic_axes=dynamic_axes)
         proto = onnx.load(str(tmp_path))
-        check_graph(proto, model_name=model_name, lowering=lowering, opset=opset, beta=beta, exporter=exporter)
+        check_graph(proto, model_name=model_name, lowering=lowering, opset=opset, beta=beta, exporter=exporter,
+                    dynamic_axes=dynamic_axes)
         digest = hashlib.sha256(tmp_path.read_bytes()).hexdigest()
         os.replace(tmp_path, path)
     return ExportResult(

@@ -62,9 +62,24 @@ def register(session_options, library: str | os.PathLike | None = None) -> Path:
 
 def make_session(model, *, library: str | os.PathLike | None = None, providers=("CPUExecutionProvider",),
                  threads: int | None = None, optimization_level=None, profile_prefix: str | None = None):
-    """An InferenceSession for `model` (path or bytes) with the plugin registered."""
+    """An InferenceSession for `model` (path or bytes) with the plugin registered.
+
+    The model is read and compared with what the plugin registers first, so a damaged file or a
+    custom node the plugin cannot serve fails with its exact cause (ModelFileError, PluginError)
+    instead of ORT's generic "not a registered function/op".
+    """
     import onnxruntime as ort
 
+    from .diagnose import diagnose_model, failures
+    from .library_info import read_library
+    from .onnx_file import read_model
+
+    summary = read_model(model)  # raises ModelFileError naming a truncated or foreign file
+    path = check_library(library if library is not None else default_library())
+    problems = failures(diagnose_model(summary, read_library(path), providers=list(providers)))
+    if problems:
+        where = f"{model}" if isinstance(model, (str, os.PathLike)) else "the model"
+        raise PluginError(f"{where} cannot run with {path.name}: " + "; ".join(map(str, problems)))
     options = ort.SessionOptions()
     if threads is not None:
         options.intra_op_num_threads = threads
@@ -74,6 +89,10 @@ def make_session(model, *, library: str | os.PathLike | None = None, providers=(
     if profile_prefix is not None:
         options.enable_profiling = True
         options.profile_file_prefix = profile_prefix
-    register(options, library)
+    register(options, path)
     model_arg = str(model) if isinstance(model, os.PathLike) else model
-    return ort.InferenceSession(model_arg, options, providers=list(providers))
+    try:
+        return ort.InferenceSession(model_arg, options, providers=list(providers))
+    except Exception as exc:  # onnxruntime's own exception types
+        raise PluginError(f"onnxruntime could not create a session for {'the model' if isinstance(model, bytes) else model} "
+                          f"with {path.name} and providers {list(providers)}: {exc}") from exc

@@ -4,6 +4,7 @@
             with the stored PyTorch outputs (rtol 1e-4, atol 1e-5); exit 1 on any mismatch
     dump    run every model and write the outputs (npz) plus provenance (json), for layer 3
     bench   the ONNX Runtime rows of the benchmark on this host (fresh process per row)
+    doctor  onnxruntime, the plugin, the GPU and given ONNX files at a glance (ort_plugin/doctor.py)
 
 Artifacts come from `python -m ops.artifacts`; every file is checked against manifest.json's
 sha256 before anything runs, so a file damaged in transport is refused, not measured.
@@ -20,7 +21,9 @@ from pathlib import Path
 
 import numpy as np
 
+from .diagnose import FeedError, check_feed
 from .loader import PluginError, default_library, make_session
+from .onnx_file import ModelFileError
 
 RTOL, ATOL = 1e-4, 1e-5
 DEFAULT_ARTIFACTS = Path(os.environ.get("MYOPS_ARTIFACTS", Path(__file__).resolve().parent.parent / "build" / "artifacts"))
@@ -75,8 +78,10 @@ def run_models(artifacts: Path, *, library, execution_providers, selected=None):
         if selected and item["file"] not in selected:
             continue
         session = make_session(Path(artifacts) / item["file"], library=library, providers=execution_providers)
-        with np.load(Path(artifacts) / item["inputs"]) as feed:
-            outputs = session.run(None, dict(feed))
+        with np.load(Path(artifacts) / item["inputs"]) as stored:
+            feed = dict(stored)
+        check_feed(session, feed)
+        outputs = session.run(None, feed)
         names = [o.name for o in session.get_outputs()]
         yield item, dict(zip(names, outputs))
 
@@ -154,10 +159,15 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--threads", type=int, default=os.cpu_count())
             p.add_argument("--warmup", type=int, default=10)
             p.add_argument("--runs", type=int, default=100)
+    from . import doctor
+
+    doctor.add_arguments(sub.add_parser("doctor", help=doctor.__doc__.splitlines()[0]))
     args = parser.parse_args(argv)
+    if args.command == "doctor":
+        return doctor.report(doctor.ort_sections(args.plugin, args.models), as_json=args.json)
     try:
         return {"verify": verify, "dump": dump, "bench": bench}[args.command](args)
-    except (ArtifactError, PluginError) as exc:
+    except (ArtifactError, PluginError, ModelFileError, FeedError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 

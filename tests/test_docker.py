@@ -39,6 +39,15 @@ def test_infer_verifies_the_plugin(cpu_images):
     assert "all models match" in out and out.count("ok  ") == 24, out
 
 
+def test_infer_doctor_is_green_without_torch(cpu_images):
+    result = docker.run(cpu_images["infer"], "doctor", "/opt/myops/artifacts/ffn-custom-dynamo-opset18.onnx")
+    out = result.stdout.decode(errors="replace")
+    assert result.returncode == 0, out + result.stderr.decode(errors="replace")
+    for expected in ("doctor: all green", "plugin: /opt/myops/lib/libmyops_ort.so", "exported symbols: RegisterCustomOps",
+                     "myops::Swish (1 node): registered by the plugin", "dynamic axes 0 (batch), 1 (seq)"):
+        assert expected in out, out
+
+
 def test_infer_has_no_torch(cpu_images):
     result = docker.run(cpu_images["infer"], "-c", "import torch", entrypoint="python")
     assert result.returncode != 0

@@ -10,12 +10,21 @@
 #include <string>
 
 #define MYOPS_EXPORT __attribute__((visibility("default")))
+#define MYOPS_STRINGIFY_(x) #x
+#define MYOPS_STRINGIFY(x) MYOPS_STRINGIFY_(x)
+
+// What a build registers, kept as plain strings in the library so that `doctor` can read them from
+// the file without loading it (ort_plugin/library_info.py parses "myops-op:" and "myops-plugin:").
+#define MYOPS_BUILD_INFO(name, text) [[gnu::used]] constexpr char name[] = text
 
 namespace myops {
 
 // Case-sensitive: an ONNX node must say exactly this domain and op name to reach our kernels.
-inline constexpr const char* kDomain = "myops";
-inline constexpr const char* kSwishName = "Swish";
+// Macros as well as constants: the build-info strings below are assembled at compile time.
+#define MYOPS_DOMAIN "myops"
+#define MYOPS_SWISH_NAME "Swish"
+inline constexpr const char* kDomain = MYOPS_DOMAIN;
+inline constexpr const char* kSwishName = MYOPS_SWISH_NAME;
 inline constexpr float kDefaultBeta = 1.0f;
 
 // Runs `body` (returning Ort::Status) and turns any exception into an OrtStatus*, so that

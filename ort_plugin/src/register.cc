@@ -7,6 +7,15 @@
 #include "cpu/swish_op.h"
 #include "cuda/swish_op.h"
 
+#if !defined(MYOPS_CUDA_ARCHITECTURES)
+#define MYOPS_CUDA_ARCHITECTURES "none"
+#endif
+
+namespace {
+MYOPS_BUILD_INFO(kPluginInfo, "myops-plugin: api=" MYOPS_STRINGIFY(ORT_API_VERSION)
+                              " cuda_archs=" MYOPS_CUDA_ARCHITECTURES);
+}  // namespace
+
 extern "C" MYOPS_EXPORT OrtStatus* ORT_API_CALL RegisterCustomOps(OrtSessionOptions* options,
                                                                   const OrtApiBase* api_base) {
   // NOTE: built against the pinned headers' ORT_API_VERSION. ORT's C API only grows, so every newer

@@ -14,6 +14,9 @@ namespace {
 // Elements per ParallelFor task: large enough to amortise the hand-off, small enough to balance.
 constexpr int64_t kChunk = 32768;
 
+MYOPS_BUILD_INFO(kOpInfo, "myops-op: domain=" MYOPS_DOMAIN " op=" MYOPS_SWISH_NAME
+                          " since=1 provider=CPUExecutionProvider types=float32");
+
 struct ForwardJob {
   const float* x;
   float* y;

@@ -11,6 +11,9 @@ namespace myops {
 namespace cuda {
 namespace {
 
+MYOPS_BUILD_INFO(kOpInfo, "myops-op: domain=" MYOPS_DOMAIN " op=" MYOPS_SWISH_NAME
+                          " since=1 provider=CUDAExecutionProvider types=float32,float16");
+
 template <ONNXTensorElementDataType kType>
 struct SwishKernel {
   float beta;

@@ -1,0 +1,263 @@
+"""Read what a diagnosis needs from an .onnx file, and write a one-node model, without the onnx package.
+
+The infer image carries onnxruntime and numpy only, so this reads the protobuf wire format itself:
+opset imports, every node's domain and op type (subgraphs and local functions included) and the
+graph inputs' element types and dimensions. Weights are skipped, never decoded. A file cut short
+or not a model at all raises ModelFileError saying so.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ELEMENT_TYPES = {1: "float32", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: "int32", 7: "int64", 8: "string",
+                 9: "bool", 10: "float16", 11: "float64", 12: "uint32", 13: "uint64", 14: "complex64",
+                 15: "complex128", 16: "bfloat16"}
+ELEMENT_TYPE_CODES = {name: code for code, name in ELEMENT_TYPES.items()}
+
+# Field numbers of onnx.proto that are read here.
+MODEL_IR_VERSION, MODEL_OPSET_IMPORT, MODEL_GRAPH, MODEL_FUNCTIONS = 1, 8, 7, 25
+OPSET_DOMAIN, OPSET_VERSION = 1, 2
+GRAPH_NODE, GRAPH_INITIALIZER, GRAPH_INPUT, GRAPH_OUTPUT = 1, 5, 11, 12
+NODE_INPUT, NODE_OUTPUT, NODE_NAME, NODE_OP_TYPE, NODE_ATTRIBUTE, NODE_DOMAIN = 1, 2, 3, 4, 5, 7
+ATTR_NAME, ATTR_GRAPH, ATTR_GRAPHS, ATTR_TYPE = 1, 6, 11, 20
+TENSOR_NAME = 8
+VALUE_NAME, VALUE_TYPE = 1, 2
+TYPE_TENSOR, TENSOR_ELEM_TYPE, TENSOR_SHAPE, SHAPE_DIM, DIM_VALUE, DIM_PARAM = 1, 1, 2, 1, 1, 2
+FUNCTION_NAME, FUNCTION_NODE, FUNCTION_DOMAIN = 1, 7, 10
+VARINT, FIXED64, LENGTH, FIXED32 = 0, 1, 2, 5
+
+
+class ModelFileError(ValueError):
+    """The file is not a readable ONNX model; the message says what is wrong with it."""
+
+
+@dataclass(frozen=True)
+class Node:
+    domain: str
+    op_type: str
+    name: str
+    inputs: tuple[str, ...]
+    where: str  # "graph", or the subgraph/function path the node sits in
+
+    @property
+    def qualified(self) -> str:
+        return f"{self.domain or 'ai.onnx'}::{self.op_type}"
+
+
+@dataclass(frozen=True)
+class GraphInput:
+    name: str
+    element_type: str | None
+    dims: tuple[int | str | None, ...] | None  # int: fixed, str: named dynamic axis, None: unnamed; None: no shape
+
+    @property
+    def dynamic_axes(self) -> list[int]:
+        return [i for i, d in enumerate(self.dims or ()) if not isinstance(d, int)]
+
+
+@dataclass
+class ModelSummary:
+    ir_version: int = 0
+    opset_imports: dict[str, int] = field(default_factory=dict)
+    nodes: list[Node] = field(default_factory=list)
+    inputs: list[GraphInput] = field(default_factory=list)
+    local_functions: set[tuple[str, str]] = field(default_factory=set)
+
+
+# ---------------------------------------------------------------- wire format
+
+class _Truncated(Exception):
+    pass
+
+
+def _varint(buf: memoryview, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if pos >= len(buf):
+            raise _Truncated()
+        byte = buf[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, pos
+        shift += 7
+        if shift > 63:
+            raise ValueError("varint longer than 10 bytes")
+
+
+def _fields(buf: memoryview):
+    """(field number, wire type, value): ints for scalars, a memoryview for length-delimited fields."""
+    pos = 0
+    while pos < len(buf):
+        key, pos = _varint(buf, pos)
+        number, wire = key >> 3, key & 7
+        if number == 0:
+            raise ValueError("field number 0")
+        if wire == VARINT:
+            value, pos = _varint(buf, pos)
+        elif wire == LENGTH:
+            size, pos = _varint(buf, pos)
+            if pos + size > len(buf):
+                raise _Truncated()
+            value, pos = buf[pos:pos + size], pos + size
+        elif wire in (FIXED64, FIXED32):
+            width = 8 if wire == FIXED64 else 4
+            if pos + width > len(buf):
+                raise _Truncated()
+            value, pos = int.from_bytes(buf[pos:pos + width], "little"), pos + width
+        else:
+            raise ValueError(f"wire type {wire} (groups are not used by ONNX)")
+        yield number, wire, value
+
+
+def _text(value) -> str:
+    return bytes(value).decode("utf-8", errors="replace")
+
+
+# ---------------------------------------------------------------- reading
+
+def _value_info(buf: memoryview) -> GraphInput:
+    name, element_type, dims = "", None, None
+    for number, _, value in _fields(buf):
+        if number == VALUE_NAME:
+            name = _text(value)
+        elif number == VALUE_TYPE:
+            for t_number, _, t_value in _fields(value):
+                if t_number != TYPE_TENSOR:
+                    continue
+                for s_number, _, s_value in _fields(t_value):
+                    if s_number == TENSOR_ELEM_TYPE:
+                        element_type = ELEMENT_TYPES.get(s_value, f"type {s_value}")
+                    elif s_number == TENSOR_SHAPE:
+                        dims = []
+                        for d_number, _, d_value in _fields(s_value):
+                            if d_number != SHAPE_DIM:
+                                continue
+                            dim = None
+                            for x_number, _, x_value in _fields(d_value):
+                                dim = x_value if x_number == DIM_VALUE else _text(x_value) if x_number == DIM_PARAM else dim
+                            dims.append(dim)
+                        dims = tuple(dims)
+    return GraphInput(name, element_type, dims)
+
+
+def _node(buf: memoryview, where: str, summary: ModelSummary) -> None:
+    domain = op_type = name = ""
+    inputs = []
+    for number, _, value in _fields(buf):
+        if number == NODE_DOMAIN:
+            domain = _text(value)
+        elif number == NODE_OP_TYPE:
+            op_type = _text(value)
+        elif number == NODE_NAME:
+            name = _text(value)
+        elif number == NODE_INPUT:
+            inputs.append(_text(value))
+        elif number == NODE_ATTRIBUTE:
+            for a_number, _, a_value in _fields(value):
+                if a_number in (ATTR_GRAPH, ATTR_GRAPHS):
+                    _graph(a_value, f"{where}/{op_type or 'node'}", summary, top=False)
+    summary.nodes.append(Node(domain, op_type, name, tuple(inputs), where))
+
+
+def _graph(buf: memoryview, where: str, summary: ModelSummary, *, top: bool) -> None:
+    initializers, inputs = set(), []
+    for number, _, value in _fields(buf):
+        if number == GRAPH_NODE:
+            _node(value, where, summary)
+        elif top and number == GRAPH_INPUT:
+            inputs.append(_value_info(value))
+        elif top and number == GRAPH_INITIALIZER:
+            initializers.update(_text(v) for n, _, v in _fields(value) if n == TENSOR_NAME)
+    if top:  # before IR 4, weights were listed as inputs too: they are not what a caller feeds
+        summary.inputs = [i for i in inputs if i.name not in initializers]
+
+
+def read_model(source: str | os.PathLike | bytes) -> ModelSummary:
+    """Summarise a model from a path or its bytes."""
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        data, label = bytes(source), "the model bytes"
+    else:
+        path = Path(source)
+        if not path.is_file():
+            raise ModelFileError(f"{path}: no such model file")
+        data, label = path.read_bytes(), str(path)
+    if not data:
+        raise ModelFileError(f"{label} is empty: export the model again")
+    summary, has_graph = ModelSummary(), False
+    try:
+        for number, wire, value in _fields(memoryview(data)):
+            if number == MODEL_IR_VERSION and wire == VARINT:
+                summary.ir_version = value
+            elif number == MODEL_OPSET_IMPORT and wire == LENGTH:
+                domain, version = "", 0
+                for o_number, _, o_value in _fields(value):
+                    domain = _text(o_value) if o_number == OPSET_DOMAIN else domain
+                    version = o_value if o_number == OPSET_VERSION else version
+                summary.opset_imports["" if domain == "ai.onnx" else domain] = version
+            elif number == MODEL_GRAPH and wire == LENGTH:
+                has_graph = True
+                _graph(value, "graph", summary, top=True)
+            elif number == MODEL_FUNCTIONS and wire == LENGTH:
+                name = domain = ""
+                for f_number, _, f_value in _fields(value):
+                    name = _text(f_value) if f_number == FUNCTION_NAME else name
+                    domain = _text(f_value) if f_number == FUNCTION_DOMAIN else domain
+                summary.local_functions.add((domain, name))
+                for f_number, _, f_value in _fields(value):
+                    if f_number == FUNCTION_NODE:
+                        _node(f_value, f"function {domain}::{name}", summary)
+    except _Truncated:
+        raise ModelFileError(f"{label} is truncated ({len(data)} bytes end in the middle of a field): "
+                             "the copy or download was cut short; copy or export it again") from None
+    except (ValueError, TypeError) as exc:
+        raise ModelFileError(f"{label} is not an ONNX model (protobuf decoding failed: {exc})") from None
+    if not has_graph or summary.ir_version == 0:
+        raise ModelFileError(f"{label} is not an ONNX model (no graph or no IR version in it)")
+    return summary
+
+
+# ---------------------------------------------------------------- writing (probe models)
+
+def _key(number: int, wire: int) -> bytes:
+    return _encode_varint((number << 3) | wire)
+
+
+def _encode_varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, value = value & 0x7F, value >> 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def _len_field(number: int, payload: bytes | str) -> bytes:
+    payload = payload.encode() if isinstance(payload, str) else payload
+    return _key(number, LENGTH) + _encode_varint(len(payload)) + payload
+
+
+def _int_field(number: int, value: int) -> bytes:
+    return _key(number, VARINT) + _encode_varint(value)
+
+
+def _tensor_value(name: str, element_type: str, with_shape: bool) -> bytes:
+    tensor = _int_field(TENSOR_ELEM_TYPE, ELEMENT_TYPE_CODES[element_type])
+    if with_shape:
+        tensor += _len_field(TENSOR_SHAPE, _len_field(SHAPE_DIM, _len_field(DIM_PARAM, "n")))
+    return _len_field(VALUE_NAME, name) + _len_field(VALUE_TYPE, _len_field(TYPE_TENSOR, tensor))
+
+
+def one_node_model(domain: str, op_type: str, *, since: int = 1, element_type: str = "float32",
+                   opset: int = 17, ir_version: int = 8) -> bytes:
+    """y = domain::op_type(x) on a 1-D tensor of dynamic length: what doctor runs to prove an op registers."""
+    node = (_len_field(NODE_INPUT, "x") + _len_field(NODE_OUTPUT, "y") + _len_field(NODE_NAME, "probe")
+            + _len_field(NODE_OP_TYPE, op_type) + _len_field(NODE_DOMAIN, domain))
+    graph = (_len_field(GRAPH_NODE, node) + _len_field(2, "doctor_probe")
+             + _len_field(GRAPH_INPUT, _tensor_value("x", element_type, True))
+             + _len_field(GRAPH_OUTPUT, _tensor_value("y", element_type, True)))
+    opsets = (_len_field(MODEL_OPSET_IMPORT, _len_field(OPSET_DOMAIN, "") + _int_field(OPSET_VERSION, opset))
+              + _len_field(MODEL_OPSET_IMPORT, _len_field(OPSET_DOMAIN, domain) + _int_field(OPSET_VERSION, since)))
+    return _int_field(MODEL_IR_VERSION, ir_version) + opsets + _len_field(MODEL_GRAPH, graph)

@@ -1,0 +1,241 @@
+"""doctor and the failure modes users provoke: each ends in one message that names the cause and the fix.
+
+Real plugin, real onnxruntime, real exports; the build metadata checks get the real build_info.json
+with one recorded fact changed, which is exactly what a library built elsewhere looks like.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+from test_ort_plugin import swish_graph
+
+from ort_plugin import PluginError, make_session
+from ort_plugin.diagnose import FeedError, check_feed, diagnose_model, failures
+from ort_plugin.doctor import model_section, plugin_arch_finding, plugin_section, report
+from ort_plugin.library_info import covers, read_library
+from ort_plugin.onnx_file import ModelFileError, read_model
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _write(tmp_path: Path, model: onnx.ModelProto, name: str = "model.onnx") -> Path:
+    path = tmp_path / name
+    path.write_bytes(model.SerializeToString())
+    return path
+
+
+def _doctor_model(tmp_path, plugin_path, model) -> tuple[int, str]:
+    result = subprocess.run([sys.executable, "-m", "ort_plugin.doctor", "--plugin", str(plugin_path),
+                             str(_write(tmp_path, model))], capture_output=True, text=True, cwd=REPO)
+    return result.returncode, result.stdout + result.stderr
+
+
+def _no_opset_import(model):
+    del model.opset_import[1]
+    return model
+
+
+# ---------------------------------------------------------------- a healthy machine
+
+def test_doctor_is_all_green_on_a_healthy_machine(ext, plugin_path, tmp_path):
+    from ops.export import export
+
+    model = export("swish", exporter="torchscript", lowering="custom", opset=17, path=tmp_path / "swish.onnx")
+    result = subprocess.run([sys.executable, "-m", "lab.doctor", "--plugin", str(plugin_path), model.path],
+                            capture_output=True, text=True, cwd=REPO, timeout=300)
+    out = result.stdout
+    assert result.returncode == 0, out + result.stderr
+    assert "doctor: all green" in out
+    for expected in ("torch:", "_GLIBCXX_USE_CXX11_ABI=", "nvcc:", "CXX11 ABI: ",
+                     "onnxruntime:", "execution providers:", "exported symbols: RegisterCustomOps",
+                     "C API version: built for", "myops::Swish v1+ on CPUExecutionProvider: registered and runs [float32]",
+                     "opset imports: ai.onnx 17, myops 1", "myops::Swish (1 node): registered by the plugin",
+                     "dynamic axes 0 (batch), 1 (seq)"):
+        assert expected in out, f"{expected!r} missing from:\n{out}"
+
+
+def test_doctor_json_lists_every_section(plugin_path):
+    result = subprocess.run([sys.executable, "-m", "ort_plugin.doctor", "--plugin", str(plugin_path), "--json"],
+                            capture_output=True, text=True, cwd=REPO)
+    data = json.loads(result.stdout)
+    assert [s["title"] for s in data["sections"]] == ["onnxruntime", "plugin", "GPU (plugin)"]
+    assert data["counts"]["fail"] == 0 and result.returncode == 0
+
+
+def test_plugin_file_describes_itself(plugin_path):
+    info = read_library(plugin_path)
+    assert info.exported == ["RegisterCustomOps"]
+    assert info.api_version == json.loads((plugin_path.parent / "build_info.json").read_text())["ort_api_version"]
+    assert ("myops", "Swish", "CPUExecutionProvider") in {(o.domain, o.op, o.provider) for o in info.ops}
+    assert not any(n.startswith(("libtorch", "libc10")) for n in info.needed)
+
+
+# ---------------------------------------------------------------- model vs plugin: the "No Op registered" family
+
+@pytest.mark.parametrize("model, cause", [
+    (lambda: swish_graph(domain="MyOps"), "domain case differs: the node says 'MyOps', the plugin registers 'myops'"),
+    (lambda: swish_graph(op_type="swish"), "op name differs: the plugin registers ['Swish'] in 'myops', not 'swish' "
+                                           "(did you mean 'Swish'?"),
+    (lambda: swish_graph(op_type="SiLU"), "op name differs: the plugin registers ['Swish'] in 'myops', not 'SiLU'"),
+    (lambda: _no_opset_import(swish_graph()), "missing custom opset import: the model has no opset_import for domain 'myops'"),
+    (lambda: swish_graph(domain="mycompany.ops"), "the plugin registers no domain 'mycompany.ops'"),
+], ids=["domain-case", "op-case", "op-name", "no-opset-import", "unknown-domain"])
+def test_unregistered_custom_node_names_the_cause(plugin_path, tmp_path, model, cause):
+    with pytest.raises(PluginError) as caught:
+        make_session(model().SerializeToString(), library=plugin_path)
+    assert cause in str(caught.value)
+    assert "fix:" in str(caught.value)
+    code, out = _doctor_model(tmp_path, plugin_path, model())
+    assert code == 1 and "FAIL" in out and cause in out, out
+
+
+def test_domain_version_below_the_registered_one(plugin_path):
+    model = swish_graph()
+    model.opset_import[1].version = 0
+    problems = failures(diagnose_model(read_model(model.SerializeToString()), read_library(plugin_path)))
+    assert "domain version missing: the model imports 'myops' version 0, the plugin registers Swish from version 1" \
+        in str(problems[0])
+
+
+def test_plugin_not_loaded_is_named(plugin_path, tmp_path):
+    import onnxruntime as ort
+
+    model = swish_graph().SerializeToString()
+    with pytest.raises(Exception, match="not a registered function/op"):  # what ORT alone says
+        ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    problems = failures(diagnose_model(read_model(model), None))
+    assert "no plugin library is loaded" in str(problems[0]) and "register_custom_ops_library" in str(problems[0])
+    missing = tmp_path / "nowhere" / "libmyops_ort.so"
+    code, out = _doctor_model(tmp_path, missing, swish_graph())
+    assert code == 1 and f"plugin library {missing} does not exist" in out and "no plugin library is loaded" in out, out
+
+
+def test_not_a_plugin_file_is_named_by_doctor(tmp_path):
+    fake = tmp_path / "libmyops_ort.so"
+    fake.write_text("not a library")
+    result = subprocess.run([sys.executable, "-m", "ort_plugin.doctor", "--plugin", str(fake)],
+                            capture_output=True, text=True, cwd=REPO)
+    assert result.returncode == 1 and "is not a shared library (no ELF header)" in result.stdout
+
+
+def test_wrong_input_dtype_into_the_plugin(plugin_path):
+    model = swish_graph()
+    model.graph.input[0].type.tensor_type.elem_type = TensorProto.DOUBLE
+    with pytest.raises(PluginError, match=r"input 'x' is float64 but the plugin's kernels take \['float32'\]"):
+        make_session(model.SerializeToString(), library=plugin_path)
+    session = make_session(swish_graph().SerializeToString(), library=plugin_path)
+    with pytest.raises(FeedError, match=r"input 'x' is float64 but the model takes float32 .*astype\('float32'\)"):
+        check_feed(session, {"x": np.ones((1, 2, 4), dtype=np.float64)})
+
+
+@pytest.mark.parametrize("shape, message", [
+    ((2, 4), r"has shape \(2, 4\) \(rank 2\) but the model takes rank 3 \[batch, seq, 4\]"),
+    ((2, 3, 5), r"axis 2 is fixed at 4 in the model \[batch, seq, 4\]"),
+])
+def test_input_shape_the_model_cannot_take(plugin_path, shape, message):
+    session = make_session(swish_graph(hidden=4).SerializeToString(), library=plugin_path)
+    with pytest.raises(FeedError, match=message):
+        check_feed(session, {"x": np.ones(shape, dtype=np.float32)})
+    with pytest.raises(FeedError, match=r"missing \['x'\], unknown \['input'\]"):
+        check_feed(session, {"input": np.ones((1, 1, 4), dtype=np.float32)})
+    check_feed(session, {"x": np.ones((3, 7, 4), dtype=np.float32)})  # dynamic axes take any size
+
+
+@pytest.mark.parametrize("damage", ["truncate", "garbage", "empty"])
+def test_broken_onnx_file_is_named(plugin_path, tmp_path, damage):
+    data = swish_graph(with_neighbours=True).SerializeToString()
+    broken = {"truncate": data[: len(data) - 7], "garbage": b"\x0f" + bytes(range(200)), "empty": b""}[damage]
+    path = tmp_path / "broken.onnx"
+    path.write_bytes(broken)
+    expected = {"truncate": "is truncated", "garbage": "is not an ONNX model", "empty": "is empty"}[damage]
+    with pytest.raises(ModelFileError, match=expected):
+        make_session(path, library=plugin_path)
+    findings = model_section(path, read_library(plugin_path))
+    assert findings[0].level == "fail" and expected in findings[0].message
+
+
+def test_dynamic_axes_are_reported_per_input(plugin_path):
+    fixed = swish_graph()
+    fixed.graph.input[0].type.tensor_type.shape.dim[0].dim_value = 2
+    fixed.graph.input[0].type.tensor_type.shape.dim[1].dim_value = 16
+    text = {f.subject: f.message for f in diagnose_model(read_model(fixed.SerializeToString()), read_library(plugin_path))}
+    assert text["input 'x'"] == "float32 [2, 16, 4]: every axis is fixed, only this exact shape runs"
+
+
+# ---------------------------------------------------------------- export-time mistakes
+
+def test_symbolic_registered_above_the_export_opset(ext, tmp_path):
+    from ops.export import ExportError, export
+
+    with pytest.raises(ExportError, match="registered from opset 20 but the export asks for opset 17.*opset_version <= 17"):
+        export("swish", exporter="torchscript", opset=17, symbolic_opset=20, path=tmp_path / "m.onnx")
+    assert list(tmp_path.iterdir()) == []  # nothing half-written
+
+
+def test_dynamic_axes_names_must_match_the_inputs(ext, tmp_path):
+    from ops.export import ExportError, export
+
+    with pytest.raises(ExportError, match=r"dynamic_axes names \['input'\] match no input or output.*'x'"):
+        export("swish", exporter="torchscript", opset=17, dynamic_axes={"input": {0: "batch"}}, path=tmp_path / "m.onnx")
+    assert list(tmp_path.iterdir()) == []
+
+
+# ---------------------------------------------------------------- build metadata vs the running environment
+
+def _facts():
+    from ops.build import torch_facts
+
+    return torch_facts()
+
+
+def test_abi_mismatch_is_detected_from_build_metadata(ext):
+    from lab.doctor import extension_findings
+    from ops.build import build_info
+
+    info, facts = build_info(), _facts()
+    assert not failures(extension_findings(info, facts))
+    flipped = {**info, "cxx11_abi": 1 - info["cxx11_abi"]}
+    problems = failures(extension_findings(flipped, facts))
+    assert len(problems) == 1 and "_GLIBCXX_USE_CXX11_ABI=" in problems[0].message and "python -m ops.build" in problems[0].fix
+    other_torch = failures(extension_findings({**info, "torch": "2.1.0"}, facts))
+    assert "built against torch 2.1.0" in other_torch[0].message
+
+
+def test_cuda_major_mismatch_is_detected(ext):
+    from lab.doctor import extension_findings, nvcc_finding
+    from ops.build import build_info
+
+    cuda_build = {**build_info(), "with_cuda": True, "nvcc": "12.4"}
+    problems = failures(extension_findings(cuda_build, {**_facts(), "torch_cuda": "13.0"}))
+    assert "compiled by nvcc 12.4 but this torch runs CUDA 13.0" in problems[0].message
+    finding = nvcc_finding("12.4", "13.0")
+    assert finding.level == "fail" and "CUDA 13.x toolkit" in finding.fix
+    assert nvcc_finding("13.0", "13.0").level == "ok"
+
+
+def test_missing_gpu_architecture_names_the_arch_list_to_use(plugin_path):
+    from lab.doctor import extension_arch_finding
+
+    finding = extension_arch_finding({"with_cuda": True, "torch_cuda_arch_list": "8.0 8.6"}, (9, 0))
+    assert finding.level == "fail" and 'TORCH_CUDA_ARCH_LIST="9.0"' in finding.fix
+    assert extension_arch_finding({"with_cuda": True, "cuda_archs_found": ["sm_80", "sm_90"]}, (9, 0)).level == "ok"
+    info = read_library(plugin_path)
+    info.cuda_archs = ["80-real", "86-real"]
+    finding = plugin_arch_finding(info, (9, 0))
+    assert finding.level == "fail" and "90-real" in finding.fix
+    assert covers(["80-real", "90"], (10, 0))[0] == "jit"  # PTX of 9.0 JIT-compiles on newer GPUs
+    assert covers(["80-real"], (8, 9))[0] == "native"  # sm_80 cubins run on 8.x GPUs
+
+
+def test_plugin_built_for_a_newer_c_api_than_the_runtime(plugin_path):
+    findings, _ = plugin_section(plugin_path, {"version": "1.20.0", "api_max": 20, "providers": ["CPUExecutionProvider"]})
+    problem = next(f for f in findings if f.subject == "C API version")
+    assert problem.level == "fail" and "serves up to 20" in problem.message and "upgrade onnxruntime" in problem.fix
+    assert report([("plugin", findings)], out=open("/dev/null", "w")) == 1
