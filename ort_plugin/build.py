@@ -1,8 +1,12 @@
-"""Configure and build the ORT plugin with CMake: `python -m ort_plugin.build [--cuda ON|OFF|AUTO]`.
+"""Configure and build the ORT plugin with CMake: `python -m ort_plugin.build [--cuda ON|OFF|AUTO] [--sanitize]`.
 
 The build dir is keyed by the header version and the CUDA choice and is reused (CMake/make only
 redo what changed). Next to the library goes build_info.json: which headers and C API version,
-compiler, whether CUDA kernels are in and for which architectures.
+compiler, whether CUDA kernels are in and for which architectures, which sanitizers.
+
+--sanitize builds an AddressSanitizer + UndefinedBehaviorSanitizer library for tests only, under
+build/ort_plugin/sanitize/ (out of reach of loader.default_library, which must never pick it: it
+loads only into a process started with libasan preloaded). `python -m ort_plugin.sanitize` runs it.
 """
 from __future__ import annotations
 
@@ -25,6 +29,7 @@ REPO = PLUGIN_DIR.parent
 BUILD_ROOT = Path(os.environ.get("MYOPS_PLUGIN_BUILD_DIR", REPO / "build" / "ort_plugin"))
 LIBRARY_NAME = "libmyops_ort.so"
 INFO_FILE = "build_info.json"
+SANITIZERS = "address;undefined"
 
 
 class BuildError(RuntimeError):
@@ -40,23 +45,31 @@ def _run(cmd: list[str], *, log) -> str:
     return result.stdout
 
 
-def build_dir_for(cuda: str, headers_version: str) -> Path:
+def build_dir_for(cuda: str, headers_version: str, sanitize: bool = False) -> Path:
+    if sanitize:
+        # One level deeper than the normal dirs: loader.default_library globs BUILD_ROOT/*/ only.
+        return BUILD_ROOT / "sanitize" / f"ort{headers_version}-cuda{cuda.lower()}-asan"
     return BUILD_ROOT / f"ort{headers_version}-cuda{cuda.lower()}"
 
 
-def build(*, cuda: str = "AUTO", include_dir: str | None = None, log=print) -> Path:
-    """Build if needed; return the path of the plugin library."""
+def build(*, cuda: str = "AUTO", include_dir: str | None = None, sanitize: bool = False,
+          cuda_architectures: str | None = None, log=print) -> Path:
+    """Build if needed; return the path of the plugin library (sanitize: the ASan+UBSan test build)."""
     cuda = cuda.upper()
     if cuda not in {"ON", "OFF", "AUTO"}:
         raise BuildError(f"cuda must be ON, OFF or AUTO; got {cuda!r}")
     if shutil.which("cmake") is None:
         raise BuildError("cmake is not installed: install it (apt-get install cmake, or pip install cmake)")
     found = ort_headers.resolve(include_dir, log=log)
-    build_dir = build_dir_for(cuda, found.version)
+    build_dir = build_dir_for(cuda, found.version, sanitize)
     configure = [
         "cmake", "-S", str(PLUGIN_DIR), "-B", str(build_dir),
         "-DCMAKE_BUILD_TYPE=Release", f"-DORT_INCLUDE_DIR={found.include_dir}", f"-DMYOPS_CUDA={cuda}",
+        # Always explicit, so a hand-set cache value cannot turn a normal build dir into a sanitized one.
+        f"-DMYOPS_SANITIZE={SANITIZERS if sanitize else ''}",
     ]
+    if cuda_architectures:  # CMake syntax ("80-real;90"); else the cached value, CMakeLists.txt's default at first
+        configure.append(f"-DCMAKE_CUDA_ARCHITECTURES={cuda_architectures}")
     _run(configure, log=log)
     _run(["cmake", "--build", str(build_dir), "-j", str(os.cpu_count() or 2)], log=log)
     library = build_dir / LIBRARY_NAME
@@ -71,6 +84,7 @@ def build(*, cuda: str = "AUTO", include_dir: str | None = None, log=print) -> P
         "cuda_compiler_version": _cache_value(cache, "MYOPS_CUDA_VERSION"),
         "cuda_architectures": _cache_value(cache, "CMAKE_CUDA_ARCHITECTURES"),
         "compiler": first_line([_cache_value(cache, "CMAKE_CXX_COMPILER") or "c++", "--version"]),
+        "sanitize": _cache_value(cache, "MYOPS_SANITIZE") or None,
     }
     tmp = build_dir / (INFO_FILE + ".tmp")
     tmp.write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
@@ -87,9 +101,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cuda", default="AUTO", choices=["ON", "OFF", "AUTO"], help="build the CUDA kernels")
     parser.add_argument("--ort-include-dir", help="use these ORT headers instead of the pinned ones")
+    parser.add_argument("--cuda-architectures", help="CMAKE_CUDA_ARCHITECTURES, e.g. '80-real;86-real;90'")
+    parser.add_argument("--sanitize", action="store_true",
+                        help=f"the {SANITIZERS} test build (python -m ort_plugin.sanitize runs it)")
     args = parser.parse_args(argv)
     try:
-        library = build(cuda=args.cuda, include_dir=args.ort_include_dir, log=lambda m: print(m, file=sys.stderr))
+        library = build(cuda=args.cuda, include_dir=args.ort_include_dir, sanitize=args.sanitize,
+                        cuda_architectures=args.cuda_architectures,
+                        log=lambda m: print(m, file=sys.stderr))
     except (BuildError, ort_headers.HeadersNotFound) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

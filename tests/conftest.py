@@ -16,6 +16,7 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "bigmem: needs ~18 GB of free memory (tensors beyond 2^31 elements)")
     config.addinivalue_line("markers", "nvcc: compiles CUDA sources; needs nvcc")
     config.addinivalue_line("markers", "docker: needs a Docker daemon (required in CI via MYOPS_REQUIRE_DOCKER=1)")
+    config.addinivalue_line("markers", "sanitizers: the plugin under ASan/UBSan (python -m ort_plugin.sanitize)")
 
 
 @pytest.fixture(scope="session")

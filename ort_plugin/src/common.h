@@ -64,10 +64,15 @@ inline OrtStatus* ReadBeta(const OrtApi& api, const OrtKernelInfo* info, float* 
 // so shapes stay known downstream. NOTE: Ort::ShapeInferContext::SetOutputShape of the 1.21 headers
 // marks symbolic dims as -2, which newer runtimes reject; handing ORT back its own description of X
 // works with every version. The info belongs to the context: it is not released here.
+// An input of unknown rank also reads as zero dims; passing that on would declare Y a scalar, so
+// zero dims leave Y's shape unset (a true scalar only loses a shape it did not need).
 inline OrtStatusPtr ORT_API_CALL SameTypeAndShapeAsInput(const OrtCustomOp*, OrtShapeInferContext* context) {
   const OrtApi& api = Ort::GetApi();
   OrtTensorTypeAndShapeInfo* info = nullptr;
   if (OrtStatus* status = api.ShapeInferContext_GetInputTypeShape(context, 0, &info)) return status;
+  size_t rank = 0;
+  if (OrtStatus* status = api.GetDimensionsCount(info, &rank)) return status;
+  if (rank == 0) return nullptr;
   return api.ShapeInferContext_SetOutputTypeShape(context, 0, info);
 }
 
