@@ -183,6 +183,94 @@ def tests(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
+def sanitize(session: nox.Session) -> None:
+    """Build the plugin with ASan + UBSan (CPU) and run it through onnxruntime under them."""
+    _install(session, _entry(session, matrix.DEFAULT_ENTRY))
+    session.run("python", "-m", "ort_plugin.sanitize", *session.posargs)
+
+
+def _cuda_home(session: nox.Session) -> str:
+    """$CUDA_HOME, else the toolkit nvcc itself reports: torch's own guess (nvcc's dir/..) is wrong
+    when nvcc on PATH is a wrapper script, as /usr/local/bin/nvcc is on these machines."""
+    import os
+    import re
+    import shutil
+    import subprocess
+
+    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    if home:
+        return home
+    if shutil.which("nvcc") is None:
+        session.error("nvcc not found: install the CUDA toolkit (13.x, matching torch's CUDA 13) or set CUDA_HOME")
+    dry = subprocess.run(["nvcc", "--dryrun", "-x", "cu", "-c", os.devnull, "-o", os.devnull],
+                         capture_output=True, text=True)
+    top = re.search(r"^#\$ TOP=(.+)$", dry.stdout + dry.stderr, flags=re.M)
+    if top is None:
+        session.error("cannot tell where nvcc's toolkit lies: set CUDA_HOME")
+    return str(Path(top.group(1).strip()).resolve())
+
+
+# Loading needs no GPU: it registers the kernels; running them would need one.
+_CUDA_KERNEL_REGISTERED = (
+    "import sys, torch; from ops.build import build_info; torch.ops.load_library(build_info()['library']); "
+    "ok = torch._C._dispatch_has_kernel_for_dispatch_key('myops::swish', 'CUDA'); "
+    "print(f'myops::swish has a CUDA kernel after loading: {ok}'); sys.exit(0 if ok else 1)"
+)
+
+
+@nox.session(python=PYTHON)
+def cuda_compile(session: nox.Session) -> None:
+    """Compile the extension and the plugin with CUDA (no GPU needed) and check their architectures.
+
+    Both are compiled for a CUDA entry's torch_cuda_arch_list with the local nvcc; cuobjdump then
+    lists what each binary holds, records it in its build_info.json and fails on any difference.
+    The torch is requirements/cuda-compile.txt's CUDA 13 build on this Python, not the entry's own pins.
+    """
+    import time
+
+    from lab import docker
+
+    parser = argparse.ArgumentParser(prog="nox -s cuda_compile --", description=cuda_compile.__doc__.splitlines()[0])
+    parser.add_argument("--entry", default="cuda13.0", help="the CUDA matrix entry whose architectures to compile for "
+                             "(CUDA 13, as the torch in requirements/cuda-compile.txt)")
+    parser.add_argument("--build-dir", type=Path, default=REPO / "build" / "cuda-compile",
+                        help="where both builds go, apart from the cpu builds (default: build/cuda-compile)")
+    args = _parse(session, parser)
+    try:
+        entry = matrix.entry(args.entry)
+    except matrix.MatrixError as exc:
+        session.error(str(exc))
+    if entry["device"] != "cuda":
+        session.error(f"entry '{args.entry}' is not a CUDA entry: it has no architectures to compile for")
+    started = time.perf_counter()
+    arch_list = " ".join(entry["torch_cuda_arch_list"])
+    session.install("-r", str(REPO / "requirements" / "cuda-compile.txt"))
+    build_dir = args.build_dir.resolve()
+    session.env.update({
+        "CUDA_HOME": _cuda_home(session),
+        # Without a GPU, torch cannot pick architectures itself.
+        "TORCH_CUDA_ARCH_LIST": arch_list,
+        "MYOPS_BUILD_DIR": str(build_dir / "ops"),
+        "MYOPS_PLUGIN_BUILD_DIR": str(build_dir / "ort_plugin"),
+        "MYOPS_MATRIX_ENTRY": entry["id"],
+    })
+    session.log(f"entry {entry['id']}: TORCH_CUDA_ARCH_LIST='{arch_list}', CUDA_HOME={session.env['CUDA_HOME']}")
+    session.run("python", "-m", "ops.build")
+    session.run("python", "-m", "ops.check_archs", "--arch-list", arch_list)
+    session.run("python", "-c", _CUDA_KERNEL_REGISTERED)
+    session.run("python", "-m", "ort_plugin.build", "--cuda", "ON",
+                "--cuda-architectures", docker.cmake_cuda_architectures(entry["torch_cuda_arch_list"]))
+    plugin_info = build_dir / "ort_plugin" / f"ort{entry['ort_headers']['version']}-cudaon" / "build_info.json"
+    session.run("python", "-m", "ops.check_archs", "--build-info", str(plugin_info), "--arch-list", arch_list)
+    # A check that cannot fail proves nothing: the same plugin against the list less its first item must exit 1.
+    wrong = " ".join(entry["torch_cuda_arch_list"][1:])
+    session.log(f"expected to FAIL (list without {entry['torch_cuda_arch_list'][0]}):")
+    session.run("python", "-m", "ops.check_archs", "--build-info", str(plugin_info), "--arch-list", wrong,
+                success_codes=[1])
+    session.log(f"cuda_compile: both binaries hold exactly '{arch_list}' ({time.perf_counter() - started:.0f} s)")
+
+
+@nox.session(python=PYTHON)
 def bench(session: nox.Session) -> None:
     """The main job: measure every row for an entry and write results/<entry>/ (CSV, charts, summary).
 
@@ -216,6 +304,17 @@ def bench(session: nox.Session) -> None:
         session.error(str(exc))
     if result != 0:
         session.error(f"the benchmark failed inside {tags['train']} (exit {result})")
+
+
+@nox.session(python=PYTHON)
+def doctor(session: nox.Session) -> None:
+    """Diagnose this machine: torch/nvcc/ABI, GPU vs compiled architectures, ORT, the plugin, and given ONNX files."""
+    if any(a in ("-h", "--help") for a in session.posargs):
+        session.run(sys.executable, "-m", "lab.doctor", "--help", external=True, env={"PYTHONPATH": str(REPO)})
+        return
+    _install(session, _entry(session, matrix.DEFAULT_ENTRY))
+    _build(session)
+    session.run("python", "-m", "lab.doctor", *session.posargs)
 
 
 @nox.session(python=PYTHON)

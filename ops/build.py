@@ -86,16 +86,18 @@ def build(verbose: bool = False) -> Path:
 
     sources = [CSRC / "swish.cpp"]
     if with_cuda:
-        sources += [CSRC / "cuda" / "swish_cuda.cu", KERNELS / "swish_cuda.cu"]
+        sources += [CSRC / "cuda" / "swish_cuda.cu", _kernels_unit(build_dir)]
     print(f"[ops.build] {LIB_NAME}: {'CPU+CUDA' if with_cuda else 'CPU'} build in {build_dir}", file=sys.stderr)
     started = time.perf_counter()
     lib = cpp_extension.load(
         name=LIB_NAME,
         sources=[str(s) for s in sources],
         extra_include_paths=[str(KERNELS)],
-        extra_cflags=["-O3", "-std=c++17", *_openmp_flags()],
+        # No -std here: cpp_extension passes the one torch's headers need (C++20; a later -std=c++17
+        # would override it, and torch 2.14's headers no longer compile as C++17).
+        extra_cflags=["-O3", *_openmp_flags()],
         extra_ldflags=_openmp_flags(),
-        extra_cuda_cflags=["-O3", "-std=c++17"],
+        extra_cuda_cflags=["-O3"],
         build_directory=str(build_dir),
         with_cuda=with_cuda,
         is_python_module=False,
@@ -113,6 +115,16 @@ def build(verbose: bool = False) -> Path:
     }
     _write_json_atomically(build_dir / INFO_FILE, info)
     return so_path
+
+
+def _kernels_unit(build_dir: Path) -> Path:
+    """kernels/swish_cuda.cu under another name: cpp_extension names objects after the file name
+    alone, so with ops/csrc/cuda/swish_cuda.cu ninja stops at "multiple rules generate swish_cuda.cuda.o"."""
+    unit = build_dir / "kernels_swish_cuda.cu"
+    text = f'// Written by ops/build.py (_kernels_unit).\n#include "{KERNELS / "swish_cuda.cu"}"\n'
+    if not unit.exists() or unit.read_text() != text:  # rewritten only on change: ninja goes by mtime
+        unit.write_text(text)
+    return unit
 
 
 def _write_json_atomically(path: Path, data: dict) -> None:

@@ -1,63 +1,165 @@
-"""Check that the extension holds exactly the CUDA architectures TORCH_CUDA_ARCH_LIST asked for.
+"""Check that a library holds exactly the CUDA architectures it was asked to hold.
 
-    python -m ops.check_archs      (exit 1 on a mismatch, naming what is missing or extra)
+    python -m ops.check_archs                                   # the extension, against its TORCH_CUDA_ARCH_LIST
+    python -m ops.check_archs --library LIB --arch-list "8.0 8.6 9.0+PTX"
+    python -m ops.check_archs --build-info build/ort_plugin/<dir>/build_info.json   # the plugin
+
+Exit 1 on a mismatch, naming what is missing or extra. The list takes TORCH_CUDA_ARCH_LIST items
+("8.6", "9.0+PTX") or CMAKE_CUDA_ARCHITECTURES items ("86-real", "90"). What cuobjdump found is
+written into the build_info.json as cuda_archs_found, so the build records what its binary holds.
 
 A GPU whose architecture is missing fails at run time with "no kernel image is available"; this
 turns that into a build-time error. CPU-only builds have nothing to check.
 """
 from __future__ import annotations
 
+import argparse
+import json
+import os
 import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+INFO_FILE = "build_info.json"
+
 
 def expected_archs(arch_list: str) -> set[str]:
-    """'8.0 8.6 9.0+PTX' -> {'sm_80', 'sm_86', 'sm_90', 'compute_90'}."""
+    """'8.0 8.6 9.0+PTX' -> {'sm_80', 'sm_86', 'sm_90', 'compute_90'}; '80-real;90' means the same."""
     wanted = set()
-    for item in arch_list.replace(";", " ").split():
-        number = item.replace("+PTX", "").replace(".", "")
-        wanted.add(f"sm_{number}")
-        if item.endswith("+PTX"):
+    for item in arch_list.replace(";", " ").replace(",", " ").split():
+        torch_style = re.fullmatch(r"(\d+)\.(\d+)([af]?)(\+PTX)?", item)
+        cmake_style = re.fullmatch(r"(\d{2,})([af]?)(-real|-virtual)?", item)
+        if torch_style:
+            number = torch_style[1] + torch_style[2] + torch_style[3]
+            sass, ptx = True, bool(torch_style[4])
+        elif cmake_style:
+            number = cmake_style[1] + cmake_style[2]
+            sass, ptx = cmake_style[3] != "-virtual", cmake_style[3] != "-real"
+        else:
+            raise ValueError(f"{item!r} is neither a TORCH_CUDA_ARCH_LIST item (8.6, 9.0+PTX) "
+                             "nor a CMAKE_CUDA_ARCHITECTURES one (86-real, 90)")
+        if sass:
+            wanted.add(f"sm_{number}")
+        if ptx:
             wanted.add(f"compute_{number}")
     return wanted
 
 
-def compiled_archs(library: Path) -> set[str]:
-    tool = shutil.which("cuobjdump")
-    if tool is None:
-        raise RuntimeError("cuobjdump (CUDA toolkit) not found: cannot list the architectures in the library")
-    found = set()
-    for flag, pattern in (("--list-elf", r"\.(sm_\d+a?)\."), ("--list-ptx", r"\.(sm_\d+a?)\.ptx")):
-        out = subprocess.run([tool, flag, str(library)], capture_output=True, text=True).stdout
-        for arch in re.findall(pattern, out):
-            found.add(arch if flag == "--list-elf" else arch.replace("sm_", "compute_"))
+def parse_listing(elf_listing: str, ptx_listing: str) -> set[str]:
+    """Architectures named in `cuobjdump --list-elf` and `--list-ptx` output (PTX as compute_NN)."""
+    found = set(re.findall(r"\.(sm_\d+[af]?)\.cubin", elf_listing))
+    found |= {a.replace("sm_", "compute_") for a in re.findall(r"\.(sm_\d+[af]?)\.ptx", ptx_listing)}
     return found
 
 
-def main() -> int:
-    from .build import build_info
-
-    info = build_info()
-    if not info:
-        print("error: the extension was not built yet: run `python -m ops.build`", file=sys.stderr)
-        return 1
-    if not info["with_cuda"]:
-        print("check_archs: CPU-only build, no CUDA architectures to check")
-        return 0
-    wanted = expected_archs(info.get("torch_cuda_arch_list") or "")
+def find_cuobjdump() -> str | None:
+    """$CUOBJDUMP, PATH, $CUDA_HOME/bin, then the nvidia-cuda-cuobjdump wheel (a toolkit may lack it)."""
+    candidates = [os.environ.get("CUOBJDUMP"), shutil.which("cuobjdump")]
+    for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH")):
+        if home:
+            candidates.append(str(Path(home) / "bin" / "cuobjdump"))
     try:
-        have = compiled_archs(Path(info["library"]))
-    except RuntimeError as exc:
+        from importlib import metadata
+
+        dist = metadata.distribution("nvidia-cuda-cuobjdump")
+        candidates += [str(dist.locate_file(f)) for f in dist.files or [] if f.name == "cuobjdump"]
+    except metadata.PackageNotFoundError:
+        pass
+    return next((c for c in candidates if c and os.path.isfile(c) and os.access(c, os.X_OK)), None)
+
+
+def _listing(tool: str, flag: str, library: Path) -> str:
+    result = subprocess.run([tool, flag, str(library)], capture_output=True, text=True)
+    if result.returncode != 0:
+        # A library with SASS but no PTX (or none at all) is an answer, not a failure.
+        if "does not contain" in result.stdout + result.stderr:
+            return ""
+        raise RuntimeError(f"{tool} {flag} {library} failed ({result.returncode}): {result.stderr.strip()}")
+    return result.stdout
+
+
+def compiled_archs(library: Path, tool: str | None = None) -> set[str]:
+    tool = tool or find_cuobjdump()
+    if tool is None:
+        raise RuntimeError("cuobjdump not found (CUDA toolkit, or pip install nvidia-cuda-cuobjdump; or set "
+                           "$CUOBJDUMP): cannot list the architectures in the library")
+    if not library.is_file():
+        raise RuntimeError(f"{library} does not exist: build it first")
+    return parse_listing(_listing(tool, "--list-elf", library), _listing(tool, "--list-ptx", library))
+
+
+def compare(have: set[str], wanted: set[str]) -> str | None:
+    """None when equal, else what is missing and extra."""
+    if have == wanted:
+        return None
+    return f"missing {sorted(wanted - have)}, extra {sorted(have - wanted)}"
+
+
+def _record(info_path: Path, have: set[str]) -> None:
+    info = json.loads(info_path.read_text())
+    info["cuda_archs_found"] = sorted(have)
+    tmp = info_path.with_suffix(info_path.suffix + ".tmp")
+    tmp.write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, info_path)
+
+
+def _default_info_path() -> Path | None:
+    from .build import BUILD_ROOT, build_tag, torch_facts
+
+    path = BUILD_ROOT / build_tag(torch_facts()) / INFO_FILE
+    return path if path.exists() else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m ops.check_archs", description=__doc__.splitlines()[0])
+    parser.add_argument("--library", type=Path, help="the shared library to check (default: from the build info)")
+    parser.add_argument("--arch-list", help="the architectures wanted, TORCH_CUDA_ARCH_LIST or CMake style "
+                                            "(default: the list the build info recorded)")
+    parser.add_argument("--build-info", type=Path,
+                        help="a build_info.json (extension or plugin) to read and record into (default: the one "
+                             "beside --library, else the extension's for this environment's torch)")
+    parser.add_argument("--cuobjdump", help="the cuobjdump binary (default: $CUOBJDUMP, PATH, $CUDA_HOME/bin, "
+                                             "then the nvidia-cuda-cuobjdump wheel)")
+    args = parser.parse_args(argv)
+
+    info_path = args.build_info
+    if info_path is None and args.library is not None:
+        beside = args.library.parent / INFO_FILE
+        info_path = beside if beside.exists() else None
+    elif info_path is None:
+        info_path = _default_info_path()
+        if info_path is None:
+            print("error: the extension was not built yet: run `python -m ops.build`", file=sys.stderr)
+            return 1
+    if info_path is not None and not info_path.is_file():
+        print(f"error: {info_path} does not exist: build first", file=sys.stderr)
+        return 1
+    info = json.loads(info_path.read_text()) if info_path else {}
+    library = args.library or Path(info["library"])
+    if info and not info.get("with_cuda") and args.arch_list is None:
+        print(f"check_archs: {library.name} is a CPU-only build, no CUDA architectures to check")
+        return 0
+    # The extension records TORCH_CUDA_ARCH_LIST, the plugin CMAKE_CUDA_ARCHITECTURES.
+    arch_list = args.arch_list or info.get("torch_cuda_arch_list") or info.get("cuda_architectures")
+    if not arch_list:
+        print(f"error: no architecture list for {library}: pass --arch-list", file=sys.stderr)
+        return 1
+    try:
+        wanted = expected_archs(arch_list)
+        have = compiled_archs(library, args.cuobjdump)
+    except (ValueError, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    if have != wanted:
-        print(f"error: {info['library']} holds {sorted(have)} but TORCH_CUDA_ARCH_LIST asked for {sorted(wanted)}: "
-              f"missing {sorted(wanted - have)}, extra {sorted(have - wanted)}", file=sys.stderr)
+    if info_path:
+        _record(info_path, have)
+    problem = compare(have, wanted)
+    if problem:
+        print(f"error: {library} holds {sorted(have)} but {arch_list!r} asks for {sorted(wanted)}: {problem}",
+              file=sys.stderr)
         return 1
-    print(f"check_archs: {sorted(have)} as requested")
+    print(f"check_archs: {library.name} holds {sorted(have)}, as {arch_list!r} asks")
     return 0
 
 
