@@ -162,6 +162,13 @@ def test_cuda_build_links_the_cuda_kernels(tmp_path, monkeypatch, in_ci):
 
     info = json.loads((library.parent / "build_info.json").read_text())
     assert info["with_cuda"] and info["cuda_architectures"] == "80-real;86-real;89-real;90"
+    # What doctor reads from the file itself: the architectures and both providers' registrations.
+    from ort_plugin.library_info import read_library
+
+    described = read_library(library)
+    assert described.cuda_archs == info["cuda_architectures"].split(";")
+    assert {(o.provider, o.types) for o in described.ops} == {
+        ("CPUExecutionProvider", ("float32",)), ("CUDAExecutionProvider", ("float32", "float16"))}
     # The CUDA-built plugin still serves CPU sessions on a machine without a GPU.
     session = make_session(swish_graph(beta=0.5).SerializeToString(), library=library)
     x = np.linspace(-5, 5, 24, dtype=np.float32).reshape(2, 3, 4)
