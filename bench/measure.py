@@ -165,6 +165,37 @@ def measure(spec: dict) -> dict:
     return result
 
 
+# ---------------------------------------------------------------- CUDA (used by bench.gpu_check)
+
+CUDA_MEMORY_METHOD = "torch.cuda.max_memory_allocated above memory_allocated at the row's start (peak reset per row)"
+
+
+def measure_cuda(call, warmup: int, runs: int) -> dict:
+    """Time `call` on the current CUDA stream: an event pair around each run, read after one sync.
+
+    Host timers would measure launches, not kernels. Peak memory is the caching allocator's
+    high-water mark above what was allocated when the row started (inputs and saved tensors).
+    """
+    import torch
+
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    baseline = torch.cuda.memory_allocated()
+    for _ in range(warmup):
+        call()
+    torch.cuda.synchronize()
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(runs)]
+    for start, end in events:
+        start.record()
+        call()
+        end.record()
+    torch.cuda.synchronize()
+    seconds = [start.elapsed_time(end) * 1e-3 for start, end in events]  # elapsed_time is in ms
+    peak = torch.cuda.max_memory_allocated() - baseline
+    return {**percentiles_ms(seconds), "peak_mb": round(max(peak, 0) / 2**20, 2),
+            "memory_method": CUDA_MEMORY_METHOD}
+
+
 def main(argv: list[str]) -> int:
     spec = json.loads(argv[0])
     os.environ.setdefault("OMP_NUM_THREADS", str(spec["threads"]))

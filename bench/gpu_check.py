@@ -1,0 +1,1031 @@
+"""The GPU check, one command on one CUDA host: `python -m bench.gpu_check [--out results] [--entry ID]`.
+
+Needs a CUDA build of PyTorch, numpy, nvcc and a C++ compiler; no internet, no onnxruntime-gpu, no
+nox. Finishes in well under 5 minutes on one GPU. Stages, each with a time budget:
+
+  1 preflight  the GPU, the toolkit, the matrix entry, provenance
+  2 build      the extension for this GPU's architecture only, and bench/gpu/plugin_harness.cu
+  3 layer 1    extension vs PyTorch composite on CUDA: forward and backward, float32, float16 and
+               bfloat16, edge values, non-contiguous and unaligned inputs, a grid-stride-sized
+               tensor, the op queued on a side stream behind a busy kernel
+  4 plugin     the ORT plugin's CUDA launch path vs the CPU kernel (torch.ops.myops.swish on CPU):
+               the harness always, the plugin through onnxruntime's CUDA EP where that is importable
+  5 bench      PyTorch rows and the copy floor (CUDA events), rows for results/<entry>/bench.csv
+  6 targets    paired A/B ratios against the targets, results/<entry>/targets.csv
+  7 write      the CSVs (only when every correctness check passed)
+
+Tolerances. Layer 1 (both sides evaluate expf on the GPU in the same order): float32 atol 1e-6,
+rtol 1.3e-6, as on the CPU; float16/bfloat16 against the composite computed in float32 from the
+same inputs and rounded once: rtol one ulp of the type (2^-10, 2^-7), atol 1e-5 for float32-level
+noise where the backward's two terms cancel. Plugin vs CPU kernel (CUDA's expf, 2 ulp, against the
+CPU's polynomial exp, about 1 ulp): float32 rtol 2^-20 (8 ulp), atol 1e-36 (the CPU exp saturates
+to inf above 88.376, where CUDA's still gives finite values; y differs there by < 4e-37); float16
+rtol 2^-10, atol 2^-24 (the same float32 value may round to neighbouring halves).
+
+Exit status: 0 when every correctness check passes (missed performance targets are reported, not
+failures), 1 when one fails, 2 when this host cannot run the check (no CUDA device, no nvcc, bad
+entry).
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+KERNELS = REPO / "kernels"
+HARNESS_SOURCE = Path(__file__).resolve().parent / "gpu" / "plugin_harness.cu"
+BUILD_DIR = REPO / "build" / "gpu_check"
+MATRIX = REPO / "matrix.yaml"
+RESULTS = REPO / "results"
+PROVIDER = "torch-cuda"
+# Where layer 1 and the rows run; tests set "cpu" to exercise the float32 logic without a GPU.
+DEVICE = "cuda"
+
+BUDGETS_S = {"preflight": 20, "build": 150, "layer 1": 30, "plugin": 20, "bench": 45, "targets": 15, "write": 5}
+
+DTYPES = ("float32", "float16", "bfloat16")
+BETAS = (1.0, 1.702, 0.5, -0.3)
+SHAPES = ((), (0,), (7,), (1023,), (3, 5, 7), (2, 33, 65), (1_000_003,))
+EDGE_VALUES = (0.0, -0.0, 1e-8, -1e-8, 1e-40, -1e-40, 20.0, -20.0, 88.0, -88.0, 1e4, -1e4,
+               float("inf"), float("-inf"), float("nan"))
+LAYER1_TOL = {"float32": dict(atol=1e-6, rtol=1.3e-6), "float16": dict(atol=1e-5, rtol=2**-10),
+              "bfloat16": dict(atol=1e-5, rtol=2**-7)}
+PLUGIN_TOL = {"float32": dict(atol=1e-36, rtol=2**-20), "float16": dict(atol=2**-24, rtol=2**-10)}
+PLUGIN_BETAS = (1.0, 1.702, -0.3)
+# (name, shape): the CPU benchmark's activation, and one far beyond the L2 cache for bandwidth.
+WORKLOADS = (("swish", (8, 512, 768)), ("swish_large", (64, 1024, 1024)))
+TARGET_WORKLOAD = "swish_large"
+# (name, fast row, slow row, limit): holds when the median over pairs of t(slow) / t(fast) >= limit.
+# Forward and copy move the same bytes, so their time ratio is the bandwidth fraction.
+TARGETS = (
+    ("fused forward vs copy floor (fraction of copy bandwidth)", "torch_extension", "torch_copy", 0.9),
+    ("extension forward vs PyTorch composite (speed-up)", "torch_extension", "torch_composite", 1.5),
+    ("extension backward vs composite autograd (speed-up)", "torch_extension_backward", "torch_composite_backward", 1.5),
+)
+
+
+def log(message: str) -> None:
+    print(f"[gpu_check] {message}", flush=True)
+
+
+class HostError(Exception):
+    """This host cannot run the check at all (exit 2)."""
+
+
+class Skip(Exception):
+    """A check that cannot run here; says why."""
+
+
+# ---------------------------------------------------------------- bookkeeping
+
+@dataclass
+class Check:
+    stage: str
+    name: str
+    status: str  # PASS, FAIL or SKIP
+    detail: str = ""
+
+
+class Run:
+    def __init__(self, limit_s: float):
+        self.started = time.monotonic()
+        self.limit_s = limit_s
+        self.deadline = self.started + limit_s
+        self.checks: list[Check] = []
+        self.notes: list[str] = []
+
+    @contextlib.contextmanager
+    def stage(self, name: str):
+        budget = BUDGETS_S[name]
+        number = list(BUDGETS_S).index(name) + 1
+        left = self.limit_s - (time.monotonic() - self.started)
+        log(f"stage {number}/{len(BUDGETS_S)} {name} (budget {budget} s, {left:.0f} s of {self.limit_s:.0f} s left)")
+        began = time.monotonic()
+        self.deadline = began + max(min(budget, left), 0)
+        try:
+            yield
+        finally:
+            took = time.monotonic() - began
+            log(f"stage {number} {name}: {took:.1f} s" + (f" (over its {budget} s budget)" if took > budget else ""))
+
+    def left(self) -> float:
+        """Seconds left in the current stage's budget."""
+        return self.deadline - time.monotonic()
+
+    def check(self, stage: str, name: str, body) -> bool:
+        """Run one correctness check: PASS when `body` returns, SKIP on Skip, FAIL on any other exception."""
+        try:
+            detail = body() or ""
+            status = "PASS"
+        except Skip as exc:
+            status, detail = "SKIP", str(exc)
+        except Exception as exc:  # a failed assertion, or the op raising: both are failures
+            status = "FAIL"
+            detail = f"{type(exc).__name__}: {exc}" if not isinstance(exc, AssertionError) else str(exc)
+        self.checks.append(Check(stage, name, status, detail))
+        short = detail.strip().splitlines()[0][:160] if detail.strip() else ""
+        log(f"  {status} {name}" + (f": {short}" if short else ""))
+        lines = detail.splitlines()
+        if status == "FAIL" and len(lines) > 1:
+            # Compiler errors end with the useful part, assertion messages start with it.
+            shown = lines if len(lines) <= 40 else [*lines[:10], "...", *lines[-30:]]
+            print("\n".join("      " + line for line in shown), flush=True)
+        return status != "FAIL"
+
+    @property
+    def failed(self) -> bool:
+        return any(c.status == "FAIL" for c in self.checks)
+
+
+# ---------------------------------------------------------------- host facts
+
+def no_gpu_message(torch) -> str:
+    build = f"built for CUDA {torch.version.cuda}" if torch.version.cuda else "a CPU-only build"
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    return (f"no CUDA device: run this on a GPU host; torch {torch.__version__} ({build}) sees none"
+            + (f" (CUDA_VISIBLE_DEVICES={visible!r})" if visible is not None else ""))
+
+
+def matrix_entries() -> dict[str, str]:
+    """{entry id: device} of matrix.yaml; validated through lab.matrix where PyYAML and jsonschema exist."""
+    from lab import matrix
+
+    try:
+        return {name: e["device"] for name, e in matrix.load()["entries"].items()}
+    except ImportError:
+        pass
+    except matrix.MatrixError as exc:
+        raise HostError(str(exc)) from None
+    # A GPU host may have neither: entry ids sit at indent 2 under `entries:`, `device:` at indent 4.
+    entries: dict[str, str] = {}
+    current, inside = None, False
+    for line in MATRIX.read_text().splitlines():
+        if re.match(r"^entries:\s*(#.*)?$", line):
+            inside = True
+        elif inside and re.match(r"^\S", line):
+            inside = False
+        elif inside and (m := re.match(r"^  ([A-Za-z0-9_.\-]+):\s*(#.*)?$", line)):
+            current = m.group(1)
+            entries[current] = ""
+        elif inside and current and (m := re.match(r"^    device:\s*([A-Za-z]+)", line)):
+            entries[current] = m.group(1)
+    return entries
+
+
+def choose_entry(requested: str | None, torch_cuda: str | None, entries: dict[str, str]) -> tuple[str, str | None]:
+    """The matrix entry the rows belong to, and a note when it is not an exact match for torch's CUDA."""
+    cuda_entries = {name for name, device in entries.items() if device == "cuda"}
+    if requested:
+        if requested not in cuda_entries:
+            raise HostError(f"--entry {requested}: not a CUDA entry of {MATRIX.name} (CUDA entries: "
+                            f"{', '.join(sorted(cuda_entries))})")
+        return requested, None
+    if not torch_cuda:
+        raise HostError("torch is a CPU-only build: install a CUDA build of PyTorch")
+    major, minor = (int(part) for part in torch_cuda.split(".")[:2])
+    exact = f"cuda{major}.{minor}"
+    if exact in cuda_entries:
+        return exact, None
+    # The newest entry of the same CUDA major that is not newer than torch's CUDA.
+    versions = []
+    for name in cuda_entries:
+        m = re.fullmatch(r"cuda(\d+)\.(\d+)", name)
+        if m and int(m.group(1)) == major and int(m.group(2)) <= minor:
+            versions.append((int(m.group(2)), name))
+    if not versions:
+        raise HostError(f"no matrix entry for torch's CUDA {torch_cuda}: pass --entry (CUDA entries: "
+                        f"{', '.join(sorted(cuda_entries))})")
+    chosen = max(versions)[1]
+    return chosen, f"no entry {exact} in {MATRIX.name}: rows go to {chosen} (their `cuda` column says {torch_cuda})"
+
+
+def toolkit_root(nvcc: str) -> Path | None:
+    """The toolkit an nvcc belongs to, as nvcc itself reports it (a wrapper script or a link hides it)."""
+    try:
+        out = subprocess.run([nvcc, "--dryrun", "-c", "probe.cu"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    here = re.search(r"^#\$ _HERE_=(.+)$", out.stdout + out.stderr, flags=re.M)
+    return Path(here.group(1).strip()).parent if here else None
+
+
+def pin_cuda_home() -> None:
+    """Set CUDA_HOME to the toolkit of the nvcc on PATH, unless set: torch guesses it from nvcc's path,
+    which for a wrapper script (/usr/local/bin/nvcc) is a folder without libcudart, and the link fails."""
+    if os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or "torch.utils.cpp_extension" in sys.modules:
+        return
+    nvcc = shutil.which("nvcc")
+    root = toolkit_root(nvcc) if nvcc else None
+    if root is not None and (root / "bin" / "nvcc").is_file():
+        os.environ["CUDA_HOME"] = str(root)
+
+
+def find_nvcc() -> str | None:
+    from torch.utils.cpp_extension import CUDA_HOME
+
+    if CUDA_HOME and (Path(CUDA_HOME) / "bin" / "nvcc").is_file():
+        return str(Path(CUDA_HOME) / "bin" / "nvcc")
+    return shutil.which("nvcc")
+
+
+def cuda_driver_version() -> str | None:
+    """The driver's CUDA version from libcuda itself, for hosts without nvidia-smi."""
+    try:
+        libcuda = ctypes.CDLL("libcuda.so.1")
+        version = ctypes.c_int()
+        if libcuda.cuDriverGetVersion(ctypes.byref(version)) == 0:
+            return f"CUDA {version.value // 1000}.{version.value % 1000 // 10} (cuDriverGetVersion)"
+    except (OSError, AttributeError):
+        pass
+    return None
+
+
+@dataclass
+class Setup:
+    entry: str
+    arch: str          # "90": nvcc's -gencode number
+    arch_list: str     # "9.0": TORCH_CUDA_ARCH_LIST
+    nvcc: str
+    device: str
+    driver: str | None
+    facts: dict
+
+
+def preflight(args, torch) -> Setup:
+    from lab import provenance
+
+    entry, note = choose_entry(args.entry, torch.version.cuda, matrix_entries())
+    if note:
+        log(f"note: {note}")
+    pin_cuda_home()
+    nvcc = find_nvcc()
+    if nvcc is None:
+        raise HostError("nvcc not found: install the CUDA toolkit matching torch's CUDA "
+                        f"{torch.version.cuda} and put it on PATH (or set CUDA_HOME)")
+    nvcc_version = provenance.nvcc_version(nvcc)
+    if nvcc_version and nvcc_version.split(".")[0] != str(torch.version.cuda).split(".")[0]:
+        raise HostError(f"{nvcc} is CUDA {nvcc_version} but torch was built for CUDA {torch.version.cuda}: "
+                        "the major versions must match (set CUDA_HOME to a matching toolkit)")
+    major, minor = torch.cuda.get_device_capability(0)
+    os.environ["MYOPS_MATRIX_ENTRY"] = entry
+    # One architecture only: a full TORCH_CUDA_ARCH_LIST would multiply the build time.
+    os.environ["TORCH_CUDA_ARCH_LIST"] = f"{major}.{minor}"
+    if os.environ.pop("MYOPS_NO_CUDA", None) is not None:
+        log("note: MYOPS_NO_CUDA ignored: this check needs the CUDA kernels")
+    facts = provenance.collect()
+    driver = facts.get("driver") or cuda_driver_version()
+    device = torch.cuda.get_device_name(0)
+    log(f"entry {entry}: {device} (sm_{major}{minor}), driver {driver}, torch {torch.__version__} "
+        f"(CUDA {torch.version.cuda}), nvcc {nvcc_version} at {nvcc}, git {str(facts['git_sha'])[:12]}"
+        f"{' (dirty)' if facts['git_dirty'] else ''}")
+    return Setup(entry, f"{major}{minor}", f"{major}.{minor}", nvcc, device, driver, facts)
+
+
+# ---------------------------------------------------------------- builds
+
+def harness_command(nvcc: str, arch: str, output: Path) -> list[str]:
+    """The plugin's compilation of kernels/swish_cuda.cu (CMake Release: -O3 -DNDEBUG, C++17), one arch."""
+    return [nvcc, "-std=c++17", "-O3", "-DNDEBUG", f"-gencode=arch=compute_{arch},code=sm_{arch}",
+            f"-I{KERNELS}", str(HARNESS_SOURCE), str(KERNELS / "swish_cuda.cu"), "-o", str(output)]
+
+
+def start_harness_build(nvcc: str, arch: str):
+    BUILD_DIR.mkdir(parents=True, exist_ok=True)
+    output = BUILD_DIR / f"plugin_harness_sm{arch}"
+    output.unlink(missing_ok=True)
+    log_file = open(BUILD_DIR / f"plugin_harness_sm{arch}.log", "w")
+    process = subprocess.Popen(harness_command(nvcc, arch, output), stdout=log_file, stderr=subprocess.STDOUT)
+    return process, output, log_file
+
+
+def finish_harness_build(started, timeout: float) -> Path:
+    process, output, log_file = started
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+        raise RuntimeError(f"nvcc did not finish the harness within {timeout:.0f} s")
+    finally:
+        log_file.close()
+    if process.returncode != 0 or not output.is_file():
+        text = Path(log_file.name).read_text()
+        raise RuntimeError(f"nvcc failed on {HARNESS_SOURCE.name} ({process.returncode}):\n" + text[-3000:])
+    return output
+
+
+def _torch_paths(function, device: str) -> list[str]:
+    try:
+        return function(device_type=device)
+    except TypeError:  # torch before 2.6 took a bool
+        return function(cuda=device == "cuda")
+
+
+def direct_build_plan(arch: str | None, nvcc: str | None) -> tuple[dict[Path, list[str]], list[str], Path]:
+    """The compile commands (object -> command), the link command and the library of direct_build.
+
+    Same sources as ops.build and the flags cpp_extension would use. arch None: the CPU kernels only
+    (what a machine without a CUDA build of torch can check of this path).
+    """
+    from torch.utils import cpp_extension
+
+    from ops import build as ops_build
+
+    facts = ops_build.torch_facts()
+    device = "cuda" if arch else "cpu"
+    out = ops_build.BUILD_ROOT / f"{ops_build.build_tag(facts)}-direct-{'sm' + arch if arch else 'cpu'}"
+    out.mkdir(parents=True, exist_ok=True)
+    openmp = ops_build._openmp_flags()
+    defines = [f"-D_GLIBCXX_USE_CXX11_ABI={facts['cxx11_abi']}", f"-DTORCH_EXTENSION_NAME={ops_build.LIB_NAME}",
+               "-DTORCH_API_INCLUDE_EXTENSION_H"]
+    includes = [f"-I{ops_build.KERNELS}"]
+    for path in _torch_paths(cpp_extension.include_paths, device):
+        includes += ["-isystem", path]
+    cxx = os.environ.get("CXX", "c++")
+    # torch's headers need C++20 (cpp_extension passes -std=c++20 as well).
+    jobs = {out / "swish.o": [cxx, "-c", str(ops_build.CSRC / "swish.cpp"), "-fPIC", "-std=c++20", "-O3",
+                              *defines, *openmp, *includes]}
+    if arch:
+        nvcc_flags = ["-c", "-std=c++20", "-O3", "--compiler-options", "-fPIC", *defines,
+                      *getattr(cpp_extension, "COMMON_NVCC_FLAGS", []), f"-gencode=arch=compute_{arch},code=sm_{arch}",
+                      *includes]
+        jobs[out / "swish_cuda_op.o"] = [nvcc, str(ops_build.CSRC / "cuda" / "swish_cuda.cu"), *nvcc_flags]
+        jobs[out / "kernels_swish_cuda.o"] = [nvcc, str(ops_build.KERNELS / "swish_cuda.cu"), *nvcc_flags]
+    library = out / f"{ops_build.LIB_NAME}.so"
+    torch_libs = [f"-L{cpp_extension.TORCH_LIB_PATH}", "-lc10", "-ltorch_cpu", "-ltorch"]
+    if arch:
+        # nvcc as the link driver finds its own toolkit's libcudart wherever that lives (CUDA_HOME may
+        # be a guess) and records it as libcudart.so.N, the soname torch has already loaded.
+        link = [nvcc, "-shared", "--cudart", "shared", *map(str, jobs), "-o", str(library),
+                *[part for flag in openmp for part in ("-Xcompiler", flag)], *torch_libs, "-lc10_cuda", "-ltorch_cuda"]
+    else:
+        link = [cxx, "-shared", *map(str, jobs), "-o", str(library), *openmp, *torch_libs]
+    return jobs, link, library
+
+
+def direct_build(arch: str | None, nvcc: str | None, timeout: float = 600) -> Path:
+    """The extension from plain compiler calls, where ninja (which torch's JIT build needs) is missing.
+
+    Objects compiled side by side, then linked; returns the library.
+    """
+    jobs, link, library = direct_build_plan(arch, nvcc)
+    running = []
+    for obj, command in jobs.items():
+        log_file = open(obj.with_suffix(".log"), "w")
+        running.append((obj, subprocess.Popen([*command, "-o", str(obj)], stdout=log_file, stderr=subprocess.STDOUT),
+                        log_file))
+    deadline = time.monotonic() + timeout
+    errors = []
+    for obj, process, log_file in running:
+        try:
+            process.wait(timeout=max(deadline - time.monotonic(), 1))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        log_file.close()
+        if process.returncode != 0:
+            errors.append(f"{obj.name} ({process.returncode}):\n" + obj.with_suffix(".log").read_text()[-2500:])
+    if errors:
+        raise RuntimeError("direct build failed: " + "\n".join(errors))
+    result = subprocess.run(link, capture_output=True, text=True, timeout=max(deadline - time.monotonic(), 30))
+    if result.returncode != 0:
+        raise RuntimeError(f"direct build: link failed ({result.returncode}):\n{(result.stdout + result.stderr)[-2500:]}")
+    return library
+
+
+def build_extension(setup: Setup, run: Run) -> str:
+    """Build and load the extension; returns how it was built."""
+    import torch
+    from torch.utils import cpp_extension
+
+    import ops
+
+    if cpp_extension.is_ninja_available():
+        library = ops.load()
+        from ops.build import build_info
+
+        return f"ops.load() (ninja), TORCH_CUDA_ARCH_LIST={build_info().get('torch_cuda_arch_list')}: {library}"
+    log("ninja not found (torch's JIT build needs it): compiling the same sources with plain compiler calls")
+    library = direct_build(setup.arch, setup.nvcc, timeout=max(run.left(), 60))
+    torch.ops.load_library(str(library))
+    from ops.swish import register_python_parts
+
+    register_python_parts()
+    ops._loaded_from = str(library)  # so that a later ops.load() does not build again
+    return f"direct build (no ninja), sm_{setup.arch}: {library}"
+
+
+# ---------------------------------------------------------------- layer 1 on CUDA
+
+def _reference(x, grad, beta: float):
+    """The composite and its autograd, in float32 (float16/bfloat16 upcast exactly), rounded once to x's dtype."""
+    import torch
+
+    import ops
+
+    xr = x.detach().to(torch.float32).requires_grad_(True)
+    y = ops.reference(xr, beta)
+    (dx,) = torch.autograd.grad(y, xr, grad.to(torch.float32))
+    return y.detach().to(x.dtype), dx.to(x.dtype)
+
+
+def _extension(x, grad, beta: float):
+    """The op and its registered autograd."""
+    import torch
+
+    import ops
+
+    xo = x.detach().clone().requires_grad_(True)
+    y = ops.swish(xo, beta)
+    (dx,) = torch.autograd.grad(y, xo, grad)
+    return y.detach(), dx
+
+
+def _close(got, want, tol: dict, what: str) -> None:
+    import torch
+
+    if got.dtype != want.dtype or got.shape != want.shape or got.device != want.device:
+        raise AssertionError(f"{what}: got {got.dtype} {list(got.shape)} on {got.device}, "
+                             f"expected {want.dtype} {list(want.shape)} on {want.device}")
+    try:
+        # Upcast (exact) so that the comparison itself does not round.
+        torch.testing.assert_close(got.float(), want.float(), equal_nan=True, **tol)
+    except AssertionError as exc:
+        raise AssertionError(f"{what}: {exc}") from None
+
+
+def _collect(failures: list[str], body) -> None:
+    try:
+        body()
+    except AssertionError as exc:
+        failures.append(str(exc))
+
+
+def _raise_if(failures: list[str], cases: int) -> str:
+    if failures:
+        raise AssertionError(f"{len(failures)} of {cases} cases failed; first:\n" + "\n".join(failures[:3]))
+    return f"{cases} cases"
+
+
+def check_random(dtype_name: str) -> str:
+    import torch
+
+    dtype = getattr(torch, dtype_name)
+    gen = torch.Generator().manual_seed(0)
+    failures, cases = [], 0
+    for shape in SHAPES:
+        x = (torch.randn(shape, generator=gen) * 4).to(DEVICE, dtype)
+        grad = torch.randn(shape, generator=gen).to(DEVICE, dtype)
+        for beta in BETAS:
+            cases += 1
+
+            def case():
+                y, dx = _extension(x, grad, beta)
+                y_ref, dx_ref = _reference(x, grad, beta)
+                _close(y, y_ref, LAYER1_TOL[dtype_name], f"forward {shape} beta {beta}")
+                _close(dx, dx_ref, LAYER1_TOL[dtype_name], f"backward {shape} beta {beta}")
+
+            _collect(failures, case)
+    return _raise_if(failures, cases)
+
+
+def check_edges(dtype_name: str) -> str:
+    import torch
+
+    dtype = getattr(torch, dtype_name)
+    x = torch.tensor(EDGE_VALUES, dtype=torch.float32).to(DEVICE, dtype)
+    grad = torch.ones_like(x)
+    finite = torch.isfinite(x)
+    failures = []
+    for beta in BETAS:
+        def case():
+            y, dx = _extension(x, grad, beta)
+            y_ref, dx_ref = _reference(x, grad, beta)
+            # NaN and inf positions must be the reference's (assert_close requires that), finite ones close.
+            _close(y, y_ref, LAYER1_TOL[dtype_name], f"forward beta {beta}")
+            _close(dx, dx_ref, LAYER1_TOL[dtype_name], f"backward beta {beta}")
+            if not (torch.isfinite(y[finite]).all() and torch.isfinite(dx[finite]).all()):
+                raise AssertionError(f"beta {beta}: overflow on finite inputs: y {y.tolist()}, dx {dx.tolist()}")
+
+        _collect(failures, case)
+    return _raise_if(failures, len(BETAS))
+
+
+VIEWS = {
+    "transposed": lambda t: t.t(),
+    "strided": lambda t: t[:, ::3],
+    "offset-transposed": lambda t: t[1:, 2:].transpose(0, 1),
+    "expanded": lambda t: t[:1].expand(6, t.shape[1]),
+    "unaligned (storage offset 1)": lambda t: t.flatten()[1:],
+}
+
+
+def check_views(dtype_name: str) -> str:
+    """Views straight into the op and its backward (no clone, which could make them contiguous again)."""
+    import torch
+
+    dtype = getattr(torch, dtype_name)
+    gen = torch.Generator().manual_seed(3)
+    base = (torch.randn(6, 257, generator=gen) * 5).to(DEVICE, dtype)
+    grad_base = torch.randn(6, 257, generator=gen).to(DEVICE, dtype)
+    failures = []
+    for name, view in VIEWS.items():
+        x, grad = view(base), view(grad_base)
+        if name.startswith("unaligned"):
+            assert x.is_contiguous() and x.data_ptr() % 16 != 0, "the unaligned view is not unaligned"
+        else:
+            assert not x.is_contiguous(), f"the {name} view is contiguous"
+
+        def case():
+            y = torch.ops.myops.swish(x, 1.702)
+            dx = torch.ops.myops.swish_backward(grad, x, 1.702)
+            y_ref, dx_ref = _reference(x.contiguous(), grad.contiguous(), 1.702)
+            _close(y, y_ref, LAYER1_TOL[dtype_name], f"{name} forward")
+            _close(dx, dx_ref, LAYER1_TOL[dtype_name], f"{name} backward")
+
+        _collect(failures, case)
+    return _raise_if(failures, len(VIEWS))
+
+
+def check_large(dtype_name: str) -> str:
+    """2^26 + 5 elements: float32 needs more packs than the grid's 65535 x 256 threads (the stride loop)."""
+    import torch
+
+    dtype = getattr(torch, dtype_name)
+    n = (1 << 26) + 5
+    gen = torch.Generator(device=DEVICE).manual_seed(1)
+    x = (torch.randn(n, generator=gen, device=DEVICE) * 4).to(dtype)
+    grad = torch.randn(n, generator=gen, device=DEVICE).to(dtype)
+    y = torch.ops.myops.swish(x, 0.5)
+    dx = torch.ops.myops.swish_backward(grad, x, 0.5)
+    y_ref, dx_ref = _reference(x, grad, 0.5)
+    _close(y, y_ref, LAYER1_TOL[dtype_name], f"forward n={n}")
+    _close(dx, dx_ref, LAYER1_TOL[dtype_name], f"backward n={n}")
+    return f"n = {n}"
+
+
+def _keep_stream_busy() -> None:
+    """About 0.1 s of GPU work on the current stream, so that anything queued behind it waits visibly."""
+    import torch
+
+    sleep = getattr(torch.cuda, "_sleep", None)
+    if sleep is not None:
+        sleep(200_000_000)  # clock cycles: ~0.1 s at 2 GHz
+        return
+    a = torch.rand(4096, 4096, device="cuda")
+    for _ in range(40):
+        torch.mm(a, a)
+
+
+def check_side_stream() -> str:
+    """The op must run on PyTorch's current stream: queued on a side stream behind a busy kernel and the
+    copy that fills x, it sees the filled x. Launched on the default stream instead, it would read the
+    zeros (PyTorch's side streams do not synchronise with the default stream)."""
+    import torch
+
+    import ops
+
+    n, beta = 1 << 22, 1.702
+    gen = torch.Generator(device="cuda").manual_seed(2)
+    source = torch.randn(n, generator=gen, device="cuda") * 4
+    grad = torch.randn(n, generator=gen, device="cuda")
+    y_ref, dx_ref = _reference(source, grad, beta)
+    x = torch.zeros_like(source)
+    torch.cuda.synchronize()
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        _keep_stream_busy()
+        x.copy_(source)
+        xo = x.detach().requires_grad_(True)
+        y = ops.swish(xo, beta)
+        (dx,) = torch.autograd.grad(y, xo, grad)  # autograd runs the backward on the forward's stream
+        busy = not side.query()
+    side.synchronize()
+    torch.cuda.synchronize()
+    if not busy:
+        raise AssertionError("inconclusive: the side stream was idle before the check could look (delay too short)")
+    _close(y.detach(), y_ref, LAYER1_TOL["float32"], "forward on a side stream")
+    _close(dx, dx_ref, LAYER1_TOL["float32"], "backward on a side stream")
+    return f"n = {n}, side stream busy while the op was queued"
+
+
+def check_rejects_float64() -> str:
+    import torch
+
+    try:
+        torch.ops.myops.swish(torch.ones(4, device="cuda", dtype=torch.float64), 1.0)
+    except RuntimeError as exc:
+        if "float32, float16 or bfloat16" not in str(exc):
+            raise AssertionError(f"the error does not name the supported dtypes: {exc}") from None
+        return "clear error"
+    raise AssertionError("float64 on CUDA was accepted; the CUDA kernels have no float64 path")
+
+
+def layer1(run: Run) -> None:
+    for dtype_name in DTYPES:
+        run.check("layer 1", f"random shapes x betas, fwd+bwd, {dtype_name}", lambda d=dtype_name: check_random(d))
+        run.check("layer 1", f"edge values, {dtype_name}", lambda d=dtype_name: check_edges(d))
+        run.check("layer 1", f"non-contiguous and unaligned views, {dtype_name}", lambda d=dtype_name: check_views(d))
+    for dtype_name in ("float32", "float16"):
+        run.check("layer 1", f"2^26+5 elements (grid-stride loop), {dtype_name}", lambda d=dtype_name: check_large(d))
+    run.check("layer 1", "side stream (the op uses the current stream)", check_side_stream)
+    run.check("layer 1", "float64 on CUDA rejected with a clear error", check_rejects_float64)
+
+
+# ---------------------------------------------------------------- the plugin's CUDA kernel vs the CPU kernel
+
+def plugin_inputs() -> dict:
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    x = np.concatenate([np.array(EDGE_VALUES, dtype=np.float32),
+                        np.linspace(-100, 100, 20_001, dtype=np.float32),  # through the exp overflow region
+                        rng.standard_normal(100_003).astype(np.float32) * 8])
+    return {"float32": x, "float16": x.astype(np.float16)}
+
+
+def cpu_kernel(x, beta: float):
+    """kernels/swish.h on the CPU, through the extension's CPU path; float16 inputs go through float32."""
+    import numpy as np
+    import torch
+
+    y = torch.ops.myops.swish(torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)), beta).numpy()
+    return y.astype(x.dtype)
+
+
+def _close_np(got, want, tol: dict, what: str) -> None:
+    import torch
+
+    _close(torch.from_numpy(got), torch.from_numpy(want), tol, what)
+
+
+def check_harness(harness: Path | None, dtype_name: str, inputs: dict, work: Path) -> str:
+    import numpy as np
+
+    if harness is None:
+        raise AssertionError("the harness was not built (see the build stage)")
+    x = inputs[dtype_name]
+    code = {"float32": "f32", "float16": "f16"}[dtype_name]
+    source = work / f"in-{code}.bin"
+    x.tofile(source)
+    for offset in (0, 1):  # the vector path, then the unaligned scalar path
+        output = work / f"out-{code}-{offset}.bin"
+        result = subprocess.run([str(harness), code, str(offset), str(source), str(output), *map(repr, PLUGIN_BETAS)],
+                                capture_output=True, text=True, timeout=120)
+        if "cudaErrorDevicesUnavailable" in result.stderr:
+            raise Skip("the GPU is in exclusive-process compute mode: the harness cannot share it with this process")
+        if result.returncode != 0:
+            raise AssertionError(f"harness exit {result.returncode}: {result.stderr.strip()[-1500:]}")
+        got = np.fromfile(output, dtype=x.dtype)
+        if got.size != x.size * len(PLUGIN_BETAS):
+            raise AssertionError(f"harness wrote {got.size} elements, expected {x.size * len(PLUGIN_BETAS)}")
+        for block, beta in zip(got.reshape(len(PLUGIN_BETAS), x.size), PLUGIN_BETAS):
+            _close_np(block, cpu_kernel(x, beta), PLUGIN_TOL[dtype_name], f"offset {offset}, beta {beta}")
+    return f"{x.size} elements x {len(PLUGIN_BETAS)} betas, aligned and unaligned"
+
+
+def check_ort(setup: Setup, inputs: dict) -> str:
+    """The plugin itself, through onnxruntime's CUDA execution provider (no CPU fallback allowed)."""
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        raise Skip("onnxruntime is not importable (the harness above ran the same launch path)") from None
+    if "CUDAExecutionProvider" not in ort.get_available_providers():
+        raise Skip(f"onnxruntime {ort.__version__} has no CUDAExecutionProvider (the harness above ran the same launch path)")
+    try:
+        from ort_plugin.build import build
+
+        library = build(cuda="ON", cuda_architectures=setup.arch, log=lambda message: None)
+    except Exception as exc:  # no cmake, no pinned headers offline: the plugin cannot be built here
+        raise Skip(f"plugin not built: {str(exc).splitlines()[0]}") from None
+    from ort_plugin.loader import register
+    from ort_plugin.onnx_file import one_node_model
+
+    for dtype_name, x in inputs.items():
+        options = ort.SessionOptions()
+        options.log_severity_level = 3
+        # A node ORT cannot place on CUDA must fail the session, not fall back to the CPU kernel.
+        options.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
+        register(options, library)
+        session = ort.InferenceSession(one_node_model("myops", "Swish", element_type=dtype_name), options,
+                                       providers=["CUDAExecutionProvider"])
+        (y,) = session.run(None, {"x": x})
+        _close_np(y, cpu_kernel(x, 1.0), PLUGIN_TOL[dtype_name], f"ORT CUDA EP, {dtype_name}")
+    return f"onnxruntime {ort.__version__}, float32 and float16, beta 1"
+
+
+def plugin_stage(run: Run, setup: Setup, harness: Path | None) -> None:
+    inputs = plugin_inputs()
+    with tempfile.TemporaryDirectory(prefix="gpu-check-") as tmp:
+        for dtype_name in ("float32", "float16"):
+            run.check("plugin", f"plugin launch path (harness) vs CPU kernel, {dtype_name}",
+                      lambda d=dtype_name: check_harness(harness, d, inputs, Path(tmp)))
+    run.check("plugin", "plugin through onnxruntime CUDAExecutionProvider vs CPU kernel", lambda: check_ort(setup, inputs))
+
+
+# ---------------------------------------------------------------- benchmark rows and targets
+
+def row_plan(x, grad, beta: float) -> list[tuple[str, str, int, object]]:
+    """(row, what runs, bytes moved per element, maker of the timed call) for one input."""
+    import torch
+
+    import ops
+
+    silu = torch.nn.functional.silu
+
+    def backward_of(function):
+        def make():
+            xg = x.detach().requires_grad_(True)
+            y = function(xg)  # the graph is built once; each timed call runs its backward again
+            return lambda: torch.autograd.grad(y, xg, grad, retain_graph=True)
+        return make
+
+    plan = [
+        ("torch_copy", "torch.clone", 2, lambda: (lambda: x.clone())),
+        ("torch_composite", "x*sigmoid(beta*x)", 2, lambda: (lambda: ops.reference(x, beta))),
+        ("torch_extension", "myops::swish", 2, lambda: (lambda: ops.swish(x, beta))),
+    ]
+    if beta == 1.0:
+        plan.append(("torch_silu", "F.silu", 2, lambda: (lambda: silu(x))))
+    # Backward: read grad and x, write dx.
+    plan += [
+        ("torch_composite_backward", "autograd of x*sigmoid(beta*x)", 3, backward_of(lambda t: ops.reference(t, beta))),
+        ("torch_extension_backward", "myops::swish_backward", 3, backward_of(lambda t: ops.swish(t, beta))),
+    ]
+    if beta == 1.0:
+        plan.append(("torch_silu_backward", "F.silu backward", 3, backward_of(silu)))
+    return plan
+
+
+def bench_inputs(shape, dtype_name: str):
+    import torch
+
+    gen = torch.Generator(device=DEVICE).manual_seed(0)
+    x = torch.randn(shape, generator=gen, device=DEVICE).to(getattr(torch, dtype_name))
+    grad = torch.randn(shape, generator=gen, device=DEVICE).to(getattr(torch, dtype_name))
+    return x, grad
+
+
+def warm_up_gpu(seconds: float = 0.5) -> None:
+    """Clocks up before the first row: copies of 512 MiB until `seconds` have passed."""
+    import torch
+
+    buffer = torch.empty(1 << 29, dtype=torch.uint8, device="cuda")
+    began = time.monotonic()
+    while time.monotonic() - began < seconds:
+        for _ in range(20):
+            buffer.clone()
+        torch.cuda.synchronize()
+
+
+def make_row(setup: Setup, args, workload: str, shape, dtype_name: str, row: str, graph: str, bytes_moved: int,
+             measured: dict) -> dict:
+    facts = setup.facts
+    return {
+        "entry": setup.entry, "workload": workload, "row": row, "dtype": dtype_name, "shape": "x".join(map(str, shape)),
+        "beta": args.beta, "opset": None, "exporter": None, "ort_opt_level": None, "ort_graph_nodes": graph,
+        "execution_provider": PROVIDER, "threads": None, "warmup": args.warmup, "runs": args.runs,
+        "p20_ms": measured["p20_ms"], "p50_ms": measured["p50_ms"], "p80_ms": measured["p80_ms"],
+        "peak_mb": measured["peak_mb"], "memory_method": measured["memory_method"], "bytes_moved": bytes_moved,
+        "gb_per_s": None, "fraction_of_copy": None, "custom_node_share": None,
+        "torch": facts.get("torch"), "onnx": facts.get("onnx"), "onnxruntime": facts.get("onnxruntime"),
+        "cuda": facts.get("torch_cuda"), "driver": setup.driver, "device": setup.device,
+        "git_sha": facts.get("git_sha"), "git_dirty": facts.get("git_dirty"), "image": facts.get("image") or "",
+        "timestamp": facts.get("timestamp"),
+    }
+
+
+def derive(rows: list[dict]) -> None:
+    """GB/s from the least bytes each row must move; fraction of the copy's GB/s (same workload and dtype).
+
+    For forward rows (same bytes as the copy) that is the copy's p50 over the row's, as on the CPU.
+    """
+    def rate(r):  # bytes per second
+        return r["bytes_moved"] / (r["p50_ms"] * 1e-3) if r["p50_ms"] > 0 else None
+
+    copies = {(r["workload"], r["dtype"]): rate(r) for r in rows if r["row"] == "torch_copy"}
+    for r in rows:
+        mine, copy = rate(r), copies.get((r["workload"], r["dtype"]))
+        r["gb_per_s"] = round(mine / 1e9, 3) if mine else None
+        r["fraction_of_copy"] = round(mine / copy, 3) if mine and copy else None
+
+
+def bench_stage(run: Run, setup: Setup, args) -> list[dict]:
+    import torch
+
+    from .measure import measure_cuda
+
+    warm_up_gpu()
+    rows, skipped = [], 0
+    for workload, shape in WORKLOADS:
+        for dtype_name in DTYPES:
+            x, grad = bench_inputs(shape, dtype_name)
+            itemsize = x.element_size()
+            for row, graph, per_element, make in row_plan(x, grad, args.beta):
+                if run.left() <= 0:
+                    skipped += 1
+                    continue
+                try:
+                    call = make()
+                    measured = measure_cuda(call, args.warmup, args.runs)
+                    del call  # frees a backward row's graph before the next row's peak is measured
+                except Exception as exc:  # e.g. out of memory: reported with the rows, not a correctness failure
+                    run.notes.append(f"bench: {workload} {dtype_name} {row} failed: {type(exc).__name__}: {exc}")
+                    log(f"  {workload:11} {dtype_name:8} {row:24} FAILED: {type(exc).__name__}: {exc}")
+                    continue
+                rows.append(make_row(setup, args, workload, shape, dtype_name, row, graph,
+                                     per_element * x.numel() * itemsize, measured))
+                log(f"  {workload:11} {dtype_name:8} {row:24} p50 {measured['p50_ms']:8.4f} ms "
+                    f"(p20 {measured['p20_ms']:.4f}, p80 {measured['p80_ms']:.4f}), peak {measured['peak_mb']:8.1f} MiB")
+            del x, grad
+            torch.cuda.empty_cache()
+    if skipped:
+        run.notes.append(f"bench: {skipped} rows skipped, the stage ran out of its {BUDGETS_S['bench']} s budget")
+        log(f"  {skipped} rows skipped: out of the stage's budget")
+    derive(rows)
+    return rows
+
+
+def paired_speedup(fast, slow, pairs: int, warmup: int = 10) -> float:
+    """Median over pairs of t(slow) / t(fast), each pair back to back on the stream, CUDA events.
+
+    The order alternates between pairs, so that neither side always runs first.
+    """
+    import torch
+
+    for _ in range(warmup):
+        fast()
+        slow()
+    torch.cuda.synchronize()
+    marks = []
+    for i in range(pairs):
+        events = [torch.cuda.Event(enable_timing=True) for _ in range(3)]
+        first, second = (fast, slow) if i % 2 == 0 else (slow, fast)
+        events[0].record()
+        first()
+        events[1].record()
+        second()
+        events[2].record()
+        marks.append((i % 2 == 0, events))
+    torch.cuda.synchronize()
+    ratios = []
+    for fast_first, (a, b, c) in marks:
+        t_first, t_second = a.elapsed_time(b), b.elapsed_time(c)
+        t_fast, t_slow = (t_first, t_second) if fast_first else (t_second, t_first)
+        ratios.append(t_slow / max(t_fast, 1e-6))
+    return statistics.median(ratios)
+
+
+def targets_stage(run: Run, setup: Setup, args) -> list[dict]:
+    import torch
+
+    shape = dict(WORKLOADS)[TARGET_WORKLOAD]
+    needed = {row for _, fast, slow, _ in TARGETS for row in (fast, slow)}
+    results = []
+    for dtype_name in DTYPES:
+        if run.left() <= 0:
+            run.notes.append(f"targets: {dtype_name} skipped, the stage ran out of its {BUDGETS_S['targets']} s budget")
+            continue
+        x, grad = bench_inputs(shape, dtype_name)
+        calls = {row: make() for row, _, _, make in row_plan(x, grad, args.beta) if row in needed}
+        for name, fast, slow, limit in TARGETS:
+            try:
+                ratio = paired_speedup(calls[fast], calls[slow], args.pairs)
+            except Exception as exc:  # reported, like a missed target, not a correctness failure
+                run.notes.append(f"targets: {name}, {dtype_name} failed: {type(exc).__name__}: {exc}")
+                continue
+            results.append({
+                "entry": setup.entry, "target": f"{name}, {dtype_name} {'x'.join(map(str, shape))}",
+                "numerator": slow, "denominator": fast, "median_ratio": round(ratio, 4), "limit": f">= {limit}",
+                "holds": ratio >= limit, "pairs": args.pairs, "threads": None, "opset": None,
+                "git_sha": setup.facts.get("git_sha"), "timestamp": setup.facts.get("timestamp"),
+            })
+            log(f"  {results[-1]['target']:90} {ratio:6.3f}  ({target_status(ratio, limit)})")
+        del calls, x, grad
+        torch.cuda.empty_cache()
+    return results
+
+
+def target_status(measured: float, limit: float) -> str:
+    """'met (+4.1 %)' or 'MISSED by 12.0 %', relative to the limit (targets are lower bounds)."""
+    margin = (measured - limit) / limit * 100
+    return f"met (+{margin:.1f} %)" if measured >= limit else f"MISSED by {-margin:.1f} %"
+
+
+def write_results(out: Path, entry: str, rows: list[dict], targets: list[dict]) -> None:
+    from lab.files import read_csv, upsert_csv, write_csv_atomic
+
+    from .run import COLUMNS, KEY
+    from .targets import TARGET_COLUMNS
+
+    entry_dir = out / entry
+    upsert_csv(entry_dir / "bench.csv", rows, COLUMNS, KEY)
+    if targets:
+        write_csv_atomic(entry_dir / "targets.csv", targets, TARGET_COLUMNS)
+    every = [r for path in sorted(out.glob("*/bench.csv")) for r in read_csv(path)]
+    write_csv_atomic(out / "bench_all.csv", every, COLUMNS)
+    log(f"wrote {len(rows)} rows to {entry_dir / 'bench.csv'}, {len(targets)} targets to {entry_dir / 'targets.csv'}, "
+        f"and {out / 'bench_all.csv'}")
+
+
+# ---------------------------------------------------------------- summary and main
+
+def summary(run: Run, targets: list[dict]) -> None:
+    print("\n==== correctness " + "=" * 80)
+    for c in run.checks:
+        short = c.detail.strip().splitlines()[0][:100] if c.detail.strip() else ""
+        print(f"{c.status:4}  {c.stage:9} {c.name:68} {short}")
+    if targets:
+        print("\n==== targets (median of paired ratios; missed targets are reported, not failures) " + "=" * 15)
+        print(f"{'target':100} {'measured':>8}  {'limit':>7}  status")
+        for t in targets:
+            limit = float(t["limit"].split()[-1])
+            print(f"{t['target']:100} {t['median_ratio']:8.3f}  {t['limit']:>7}  {target_status(t['median_ratio'], limit)}")
+    for note in run.notes:
+        print(f"note: {note}")
+    failed = [c for c in run.checks if c.status == "FAIL"]
+    elapsed = time.monotonic() - run.started
+    print(f"\n[gpu_check] {len(run.checks) - len(failed)} of {len(run.checks)} checks passed or skipped, "
+          f"{len(failed)} failed; {elapsed:.0f} s in all", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.gpu_check", description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=RESULTS, help="results folder (default: results/)")
+    parser.add_argument("--entry", help="CUDA matrix entry for the rows (default: the one matching torch's CUDA)")
+    parser.add_argument("--beta", type=float, default=1.0)
+    parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--runs", type=int, default=100)
+    parser.add_argument("--pairs", type=int, default=100, help="alternating A/B pairs per target ratio")
+    parser.add_argument("--time-limit", type=float, default=285, help="seconds for all stages together")
+    args = parser.parse_args(argv)
+
+    try:
+        import torch
+    except ImportError:
+        print("error: torch is not importable: this check needs a CUDA build of PyTorch", file=sys.stderr)
+        return 2
+    with warnings.catch_warnings():  # a CUDA build without a driver warns; the one line below says it all
+        warnings.simplefilter("ignore")
+        available = torch.cuda.is_available() and torch.cuda.device_count() > 0
+    if not available:
+        print(f"error: {no_gpu_message(torch)}", file=sys.stderr)
+        return 2
+
+    run = Run(args.time_limit)
+    try:
+        with run.stage("preflight"):
+            setup = preflight(args, torch)
+    except HostError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+    harness = None
+    with run.stage("build"):
+        started = start_harness_build(setup.nvcc, setup.arch)
+        built = run.check("build", "extension built for this GPU and loaded", lambda: build_extension(setup, run))
+
+        def harness_built():
+            nonlocal harness
+            harness = finish_harness_build(started, timeout=max(run.left(), 60))
+            return str(harness)
+
+        run.check("build", "plugin harness compiled with nvcc", harness_built)
+        if built:
+            built = run.check("build", "the op runs on this GPU",
+                              lambda: str(torch.ops.myops.swish(torch.ones(4, device=DEVICE), 1.0).tolist()))
+    if not built:
+        summary(run, [])
+        return 1
+
+    with run.stage("layer 1"):
+        layer1(run)
+    with run.stage("plugin"):
+        plugin_stage(run, setup, harness)
+    with run.stage("bench"):
+        rows = bench_stage(run, setup, args)
+    with run.stage("targets"):
+        targets = targets_stage(run, setup, args)
+    with run.stage("write"):
+        if run.failed:
+            log("not writing results: a correctness check failed (see the summary)")
+        else:
+            write_results(args.out, setup.entry, rows, targets)
+    summary(run, targets)
+    return 1 if run.failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

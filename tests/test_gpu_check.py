@@ -1,0 +1,269 @@
+"""bench.gpu_check where there is no GPU: its refusal, its nvcc builds, and its logic on the CPU.
+
+The GPU run itself (layer 1 on CUDA, the harness against the CPU kernel, the rows) needs a GPU host:
+`python -m bench.gpu_check`.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench import gpu_check
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _nvcc(in_ci: bool) -> str:
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        if in_ci:
+            pytest.fail("nvcc is expected on CI machines of this kind")
+        pytest.skip("nvcc not installed")
+    return nvcc
+
+
+def _env(**extra) -> dict:
+    return dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""), **extra)
+
+
+def test_without_a_gpu_one_clear_message(tmp_path):
+    out = tmp_path / "results"
+    # CUDA_VISIBLE_DEVICES="" hides any GPU, so this holds on GPU machines too.
+    result = subprocess.run([sys.executable, "-m", "bench.gpu_check", "--out", str(out)], capture_output=True,
+                            text=True, cwd=REPO, env=_env(CUDA_VISIBLE_DEVICES=""), timeout=120)
+    assert result.returncode == 2, result.stdout + result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: no CUDA device: run this on a GPU host; "), result.stderr
+    assert "stage" not in result.stdout, "nothing may start without a GPU"
+    assert not out.exists()
+
+
+@pytest.mark.nvcc
+def test_plugin_harness_compiles_and_checks_its_arguments(tmp_path, in_ci):
+    harness = tmp_path / "plugin_harness"
+    result = subprocess.run(gpu_check.harness_command(_nvcc(in_ci), "90", harness), capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+    def call(*args):
+        return subprocess.run([str(harness), *map(str, args)], capture_output=True, text=True, timeout=60)
+
+    assert call().returncode == 2 and "usage" in call().stderr
+    assert call("f64", 0, "in", "out", 1.0).returncode == 2
+    assert call("f32", "x", "in", "out", 1.0).returncode == 2
+    missing = call("f32", 0, tmp_path / "missing.bin", tmp_path / "out.bin", 1.0)
+    assert missing.returncode == 1 and "cannot read" in missing.stderr
+    odd = tmp_path / "odd.bin"
+    odd.write_bytes(b"\0" * 6)
+    assert call("f32", 0, odd, tmp_path / "out.bin", 1.0).returncode == 2
+
+    import numpy as np
+
+    source = tmp_path / "in.bin"
+    np.linspace(-5, 5, 37, dtype=np.float32).tofile(source)
+    ran = call("f32", 1, source, tmp_path / "out.bin", 1.0, 1.702)
+    if ran.returncode == 0:  # a machine with a GPU: two betas' worth of output
+        assert (tmp_path / "out.bin").stat().st_size == 2 * 37 * 4
+    else:  # no GPU: a CUDA error, reported as such
+        assert ran.returncode == 1 and ran.stderr.startswith("plugin_harness: "), ran.stderr
+
+
+@pytest.mark.nvcc
+def test_direct_build_cuda_objects_compile(tmp_path, monkeypatch, in_ci):
+    """The no-ninja build's nvcc commands compile the extension's CUDA sources (compile only: no GPU torch)."""
+    nvcc = _nvcc(in_ci)
+    from torch.utils import cpp_extension
+
+    from ops import build as ops_build
+
+    monkeypatch.setattr(ops_build, "BUILD_ROOT", tmp_path / "build")
+    # A CPU wheel of torch knows no CUDA_HOME and lacks one generated header (see test_ort_plugin.py).
+    monkeypatch.setattr(cpp_extension, "CUDA_HOME", str(Path(nvcc).resolve().parent.parent))
+    generated = tmp_path / "generated" / "c10" / "cuda" / "impl" / "cuda_cmake_macros.h"
+    generated.parent.mkdir(parents=True)
+    generated.write_text("#pragma once\n#define C10_CUDA_BUILD_SHARED_LIBS\n")
+    jobs, link, library = gpu_check.direct_build_plan("90", nvcc)
+    assert {obj.name for obj in jobs} == {"swish.o", "swish_cuda_op.o", "kernels_swish_cuda.o"}
+    assert link[0] == nvcc and "-ltorch_cuda" in link and str(library) in link
+    running = [(obj, subprocess.Popen([*command, f"-I{tmp_path / 'generated'}", "-o", str(obj)],
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+               for obj, command in jobs.items() if obj.suffix == ".o" and command[0] == nvcc]
+    assert len(running) == 2
+    for obj, process in running:
+        output, _ = process.communicate(timeout=600)
+        assert process.returncode == 0, f"{obj.name}:\n{output[-3000:]}"
+        assert obj.stat().st_size > 0
+
+
+def test_direct_build_cpu_links_and_runs(tmp_path):
+    """The no-ninja build, CPU kernels only, in a fresh process (the session's extension is loaded here)."""
+    script = (
+        "import torch\n"
+        "from bench import gpu_check\n"
+        "library = gpu_check.direct_build(None, None, timeout=600)\n"
+        "torch.ops.load_library(str(library))\n"
+        "x = torch.linspace(-30, 30, 1001)\n"
+        "torch.testing.assert_close(torch.ops.myops.swish(x, 1.702), x * torch.sigmoid(1.702 * x), atol=1e-6, rtol=1.3e-6)\n"
+        "print('ok', library)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, timeout=900,
+                            env=_env(MYOPS_BUILD_DIR=str(tmp_path / "build")))
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    assert result.stdout.startswith("ok ")
+
+
+def test_matrix_reader_without_yaml_agrees_with_lab_matrix(monkeypatch):
+    from lab import matrix
+
+    validated = gpu_check.matrix_entries()
+    assert validated["cpu"] == "cpu" and validated["cuda13.0"] == "cuda"
+
+    def no_yaml(*args, **kwargs):
+        raise ModuleNotFoundError("No module named 'yaml'")
+
+    monkeypatch.setattr(matrix, "load", no_yaml)
+    assert gpu_check.matrix_entries() == validated
+
+
+def test_entry_follows_torch_cuda():
+    entries = gpu_check.matrix_entries()
+    assert gpu_check.choose_entry(None, "13.0", entries) == ("cuda13.0", None)
+    assert gpu_check.choose_entry(None, "11.8", entries) == ("cuda11.8", None)
+    entry, note = gpu_check.choose_entry(None, "12.6", entries)
+    assert entry == "cuda12.4" and "12.6" in note
+    assert gpu_check.choose_entry("cuda12.1", "13.0", entries) == ("cuda12.1", None)
+    for requested, cuda in ((None, "14.0"), (None, None), ("cpu", "13.0"), ("cuda9.9", "13.0")):
+        with pytest.raises(gpu_check.HostError):
+            gpu_check.choose_entry(requested, cuda, entries)
+
+
+def test_rows_written_in_the_benchmark_format(tmp_path):
+    from bench.run import COLUMNS
+    from lab.files import read_csv, write_csv_atomic
+
+    class Args:
+        beta, warmup, runs = 1.0, 10, 100
+
+    setup = gpu_check.Setup("cuda13.0", "90", "9.0", "nvcc", "NVIDIA H200", "570.00",
+                            {"torch": "2.13.0", "torch_cuda": "13.0", "git_sha": "abc", "git_dirty": False,
+                             "timestamp": "2026-01-01T00:00:00+00:00"})
+    measured = {"p20_ms": 0.09, "p50_ms": 0.1, "p80_ms": 0.11, "peak_mb": 256.0, "memory_method": "m"}
+    rows = [gpu_check.make_row(setup, Args, "swish_large", (64, 1024, 1024), "float32", row, row, factor * 4 << 26,
+                               dict(measured, p50_ms=p50))
+            for row, factor, p50 in (("torch_copy", 2, 0.1), ("torch_extension", 2, 0.125),
+                                     ("torch_extension_backward", 3, 0.15))]
+    gpu_check.derive(rows)
+    assert [r["fraction_of_copy"] for r in rows] == [1.0, 0.8, 1.0]
+    assert rows[0]["gb_per_s"] == round(2 * 4 * 2**26 / 1e-4 / 1e9, 3)
+    # An existing CPU entry stays in the aggregate; a second write replaces the GPU rows, no duplicates.
+    write_csv_atomic(tmp_path / "cpu" / "bench.csv", [dict(rows[0], entry="cpu", execution_provider="torch-cpu")], COLUMNS)
+    targets = [{"entry": "cuda13.0", "target": "t", "median_ratio": 2.0, "limit": ">= 1.5", "holds": True}]
+    for _ in range(2):
+        gpu_check.write_results(tmp_path, "cuda13.0", rows, targets)
+    written = read_csv(tmp_path / "cuda13.0" / "bench.csv")
+    assert len(written) == 3 and list(written[0]) == COLUMNS
+    assert written[1]["execution_provider"] == "torch-cuda" and written[1]["device"] == "NVIDIA H200"
+    assert len(read_csv(tmp_path / "bench_all.csv")) == 4
+    assert read_csv(tmp_path / "cuda13.0" / "targets.csv")[0]["limit"] == ">= 1.5"
+
+
+def test_target_status_says_by_how_much():
+    assert gpu_check.target_status(0.95, 0.9) == "met (+5.6 %)"
+    assert gpu_check.target_status(1.2, 1.5) == "MISSED by 20.0 %"
+
+
+def test_layer1_checks_pass_on_the_cpu_kernel(ext, monkeypatch):
+    """The checks' own logic, float32 on the CPU (the CPU kernel has no float16/bfloat16)."""
+    monkeypatch.setattr(gpu_check, "DEVICE", "cpu")
+    assert gpu_check.check_random("float32") == f"{len(gpu_check.SHAPES) * len(gpu_check.BETAS)} cases"
+    gpu_check.check_edges("float32")
+    gpu_check.check_views("float32")
+    inputs = gpu_check.plugin_inputs()
+    for dtype_name, x in inputs.items():
+        y = gpu_check.cpu_kernel(x, 1.702)
+        assert y.dtype == x.dtype and y.shape == x.shape
+    with pytest.raises(AssertionError, match="not close"):
+        gpu_check._close_np(inputs["float32"] * 1.001, inputs["float32"], gpu_check.PLUGIN_TOL["float32"], "scaled")
+
+
+class _HostClockEvent:
+    """torch.cuda.Event's interface on the host clock, to run the timing code without a GPU."""
+
+    def __init__(self, enable_timing: bool = False):
+        self.at = None
+
+    def record(self, stream=None):
+        self.at = __import__("time").perf_counter()
+
+    def elapsed_time(self, end) -> float:
+        return (end.at - self.at) * 1e3
+
+
+def test_bench_and_target_stages_run_on_the_cpu(ext, monkeypatch):
+    """The rows, their derived columns and the paired targets, with host-clock events and CPU tensors."""
+    import torch
+
+    for name, value in (("Event", _HostClockEvent), ("synchronize", lambda *a: None),
+                        ("reset_peak_memory_stats", lambda *a: None), ("memory_allocated", lambda *a: 0),
+                        ("max_memory_allocated", lambda *a: 2**20), ("empty_cache", lambda: None)):
+        monkeypatch.setattr(torch.cuda, name, value)
+    monkeypatch.setattr(gpu_check, "DEVICE", "cpu")
+    monkeypatch.setattr(gpu_check, "DTYPES", ("float32",))
+    monkeypatch.setattr(gpu_check, "WORKLOADS", (("swish", (2, 8, 16)), ("swish_large", (4, 64, 64))))
+    monkeypatch.setattr(gpu_check, "warm_up_gpu", lambda: None)
+
+    class Args:
+        beta, warmup, runs, pairs = 1.0, 2, 5, 5
+
+    setup = gpu_check.Setup("cuda13.0", "90", "9.0", "nvcc", "GPU", None, {"git_sha": "abc", "timestamp": "t"})
+    run = gpu_check.Run(60)
+    with run.stage("bench"):
+        rows = gpu_check.bench_stage(run, setup, Args)
+    assert [r["row"] for r in rows[:7]] == ["torch_copy", "torch_composite", "torch_extension", "torch_silu",
+                                            "torch_composite_backward", "torch_extension_backward", "torch_silu_backward"]
+    assert len(rows) == 14 and all(r["gb_per_s"] and r["fraction_of_copy"] for r in rows)
+    assert rows[0]["peak_mb"] == 1.0 and rows[0]["memory_method"].startswith("torch.cuda.max_memory_allocated")
+    with run.stage("targets"):
+        targets = gpu_check.targets_stage(run, setup, Args)
+    assert [t["numerator"] for t in targets] == ["torch_copy", "torch_composite", "torch_composite_backward"]
+    assert all(t["median_ratio"] > 0 and t["target"].endswith("float32 4x64x64") for t in targets)
+
+
+@pytest.mark.parametrize("layer1_fails", [False, True], ids=["all-pass", "a-check-fails"])
+def test_main_runs_the_stages_and_writes_only_when_correct(ext, monkeypatch, tmp_path, capsys, layer1_fails):
+    """main's glue with each stage stubbed (the stages themselves are tested above or need a GPU)."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(gpu_check, "DEVICE", "cpu")
+    setup = gpu_check.Setup("cuda13.0", "90", "9.0", "nvcc", "GPU", None, {"git_sha": "abc", "timestamp": "t"})
+    monkeypatch.setattr(gpu_check, "preflight", lambda args, torch: setup)
+    monkeypatch.setattr(gpu_check, "start_harness_build", lambda nvcc, arch: None)
+    monkeypatch.setattr(gpu_check, "finish_harness_build", lambda started, timeout: tmp_path / "harness")
+    monkeypatch.setattr(gpu_check, "build_extension", lambda setup, run: "already loaded")
+
+    def layer1_check():
+        if layer1_fails:
+            raise AssertionError("wrong")
+        return "ok"
+
+    monkeypatch.setattr(gpu_check, "layer1", lambda run: run.check("layer 1", "stub", layer1_check))
+    monkeypatch.setattr(gpu_check, "plugin_stage", lambda run, setup, harness: run.check("plugin", "stub", lambda: None))
+    measured = {"p20_ms": 1.0, "p50_ms": 1.0, "p80_ms": 1.0, "peak_mb": 1.0, "memory_method": "m"}
+    monkeypatch.setattr(gpu_check, "bench_stage", lambda run, setup, args: [
+        gpu_check.make_row(setup, args, "swish", (2,), "float32", "torch_copy", "torch.clone", 16, measured)])
+    monkeypatch.setattr(gpu_check, "targets_stage", lambda run, setup, args: [
+        {"entry": "cuda13.0", "target": "t", "median_ratio": 1.2, "limit": ">= 1.5", "holds": False}])
+
+    code = gpu_check.main(["--out", str(tmp_path / "results")])
+    out = capsys.readouterr().out
+    assert "MISSED by 20.0 %" in out
+    if layer1_fails:
+        assert code == 1 and "not writing results" in out and not (tmp_path / "results").exists()
+    else:
+        assert code == 0 and (tmp_path / "results" / "cuda13.0" / "bench.csv").is_file()
