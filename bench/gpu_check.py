@@ -938,6 +938,9 @@ def write_results(out: Path, entry: str, rows: list[dict], targets: list[dict]) 
     write_csv_atomic(out / "bench_all.csv", every, COLUMNS)
     log(f"wrote {len(rows)} rows to {entry_dir / 'bench.csv'}, {len(targets)} targets to {entry_dir / 'targets.csv'}, "
         f"and {out / 'bench_all.csv'}")
+    from .report import main as report
+
+    report(["--results", str(out)])  # summary.md per entry; charts where matplotlib is installed
 
 
 # ---------------------------------------------------------------- summary and main

@@ -1,7 +1,9 @@
 """Charts and summaries from the result CSVs alone: `python -m bench.report` (`nox -s report`).
 
 Reads results/<entry>/bench.csv and targets.csv; writes, per entry, latency.png, memory.png and
-summary.md in the reference table's layout, and results/across_entries.png.
+summary.md in the reference table's layout, and results/across_entries.png. Entries with ONNX rows
+are laid out per opset; PyTorch-only entries (bench.gpu_check on a GPU host) per dtype. Without
+matplotlib (a bare GPU host) the summaries are still written and the charts skipped.
 """
 from __future__ import annotations
 
@@ -25,34 +27,59 @@ REFERENCE_ROWS = [
     ("copy floor, PyTorch (clone)", "torch_copy", ""),
     ("copy floor, ONNX Runtime (Identity)", "ort_copy", "all"),
 ]
+BACKWARD_ROWS = [
+    ("PyTorch composite, backward (autograd)", "torch_composite_backward", ""),
+    ("PyTorch custom C++ extension, backward", "torch_extension_backward", ""),
+    ("torch.nn.functional.silu, backward", "torch_silu_backward", ""),
+]
+ALL_ROWS = FOUR_ROWS + REFERENCE_ROWS + BACKWARD_ROWS
+WORKLOAD_TITLES = {"swish": "activation alone", "swish_large": "activation alone, large tensor",
+                   "ffn": "FFN block (Linear 768->3072, Swish, Linear 3072->768)"}
+DTYPES = ["float32", "float16", "bfloat16"]
 
 
-def _pick(rows, row, level, opset):
+def _pick(rows, row, level, key, value):
+    """The row measured for `key` == value (opset or dtype); opset-less rows serve every opset."""
     for r in rows:
-        if r["row"] == row and (r["ort_opt_level"] or "") == level and (not r["opset"] or r["opset"] == opset):
+        if r["row"] == row and (r["ort_opt_level"] or "") == level and (not r[key] or r[key] == value):
             return r
     return None
+
+
+def series(rows) -> tuple[str, list[str]]:
+    """What the bars and tables of an entry are split by: ONNX opsets, else dtypes (torch-only rows)."""
+    opsets = _opsets(rows)
+    if opsets:
+        return "opset", opsets
+    found = {r["dtype"] for r in rows}
+    return "dtype", [d for d in DTYPES if d in found] + sorted(found - set(DTYPES))
+
+
+def workloads(rows) -> list[str]:
+    found = {r["workload"] for r in rows}
+    return [w for w in WORKLOAD_TITLES if w in found] + sorted(found - set(WORKLOAD_TITLES))
 
 
 def _f(value) -> float | None:
     return float(value) if value not in (None, "", "None") else None
 
 
-def summary_table(rows: list[dict], workload: str, opset: str) -> list[str]:
+def summary_table(rows: list[dict], workload: str, value: str, key: str = "opset") -> list[str]:
     rows = [r for r in rows if r["workload"] == workload]
-    base = _pick(rows, "torch_composite", "", opset)
+    base = _pick(rows, "torch_composite", "", key, value)
     lines = ["| implementation | p50 ms (p20-p80) | peak MB | vs PyTorch composite | GB/s | of copy floor | graph ORT ran |",
              "|---|---|---|---|---|---|---|"]
-    for label, row, level in FOUR_ROWS + REFERENCE_ROWS:
-        r = _pick(rows, row, level, opset)
+    for label, row, level in ALL_ROWS:
+        r = _pick(rows, row, level, key, value)
         if r is None:
             continue
         p50 = float(r["p50_ms"])
-        ratio = f"{p50 / float(base['p50_ms']):.2f}x" if base else "-"
+        base_row = _pick(rows, "torch_composite_backward", "", key, value) if row.endswith("_backward") else base
+        ratio = f"{p50 / float(base_row['p50_ms']):.2f}x" if base_row else "-"
         copy = f"{float(r['fraction_of_copy']):.2f}" if _f(r["fraction_of_copy"]) else "-"
         graph = r["ort_graph_nodes"] if row.startswith("ort_") else "-"
         lines.append(f"| {label} | {p50:.3f} ({float(r['p20_ms']):.3f}-{float(r['p80_ms']):.3f}) | {float(r['peak_mb']):.1f} "
-                     f"| {ratio} | {float(r['gb_per_s']):.1f} | {copy} | {graph} |")
+                     f"| {ratio} | {_f(r['gb_per_s']) or 0:.1f} | {copy} | {graph} |")
     return lines
 
 
@@ -66,24 +93,27 @@ def chart(rows: list[dict], entry: str, metric: str, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    workloads = [w for w in ("swish", "ffn") if any(r["workload"] == w for r in rows)]
-    opsets = _opsets(rows)
-    fig, axes = plt.subplots(1, len(workloads), figsize=(7 * len(workloads), 4.8), squeeze=False)
-    for ax, workload in zip(axes[0], workloads):
-        labels = [label for label, _, _ in FOUR_ROWS + REFERENCE_ROWS]
-        width = 0.8 / max(len(opsets), 1)
-        for i, opset in enumerate(opsets):
+    shown = workloads(rows)
+    key, values_of_key = series(rows)
+    present = {r["row"] for r in rows}
+    layout = [(label, row, level) for label, row, level in ALL_ROWS if row in present]
+    fig, axes = plt.subplots(1, len(shown), figsize=(7 * len(shown), 4.8), squeeze=False)
+    for ax, workload in zip(axes[0], shown):
+        labels = [label for label, _, _ in layout]
+        width = 0.8 / max(len(values_of_key), 1)
+        for i, value in enumerate(values_of_key):
             values = []
-            for _, row, level in FOUR_ROWS + REFERENCE_ROWS:
-                r = _pick([x for x in rows if x["workload"] == workload], row, level, opset)
+            for _, row, level in layout:
+                r = _pick([x for x in rows if x["workload"] == workload], row, level, key, value)
                 values.append(float(r[metric]) if r else 0.0)
-            ax.barh([y + i * width for y in range(len(labels))], values, height=width, label=f"opset {opset}")
-        ax.set_yticks([y + width * (len(opsets) - 1) / 2 for y in range(len(labels))], labels, fontsize=8)
+            ax.barh([y + i * width for y in range(len(labels))], values, height=width,
+                    label=f"opset {value}" if key == "opset" else value)
+        ax.set_yticks([y + width * (len(values_of_key) - 1) / 2 for y in range(len(labels))], labels, fontsize=8)
         ax.invert_yaxis()
         ax.set_xlabel("p50 latency (ms)" if metric == "p50_ms" else "peak memory above baseline (MB)")
         shape = next(r["shape"] for r in rows if r["workload"] == workload)
-        ax.set_title(f"{entry}: {workload} {shape} float32")
-        ax.legend(fontsize=8, title="ORT rows", title_fontsize=8)
+        ax.set_title(f"{entry}: {workload} {shape}" + (" float32" if key == "opset" else ""))
+        ax.legend(fontsize=8, title="ORT rows" if key == "opset" else "dtype", title_fontsize=8)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp.png")
@@ -103,14 +133,15 @@ def across_entries(all_rows: list[dict], path: Path) -> None:
     width = 0.8 / max(len(entries), 1)
     labels = [label for label, _, _ in FOUR_ROWS]
     for i, entry in enumerate(entries):
-        rows = [r for r in all_rows if r["entry"] == entry and r["workload"] == "swish"]
+        rows = [r for r in all_rows if r["entry"] == entry and r["workload"] == "swish"
+                and r["dtype"] in ("float32", "")]
         opsets = _opsets(rows)
-        values = [float(r["p50_ms"]) if (r := _pick(rows, row, level, opsets[-1] if opsets else "")) else 0.0
+        values = [float(r["p50_ms"]) if (r := _pick(rows, row, level, "opset", opsets[-1] if opsets else "")) else 0.0
                   for _, row, level in FOUR_ROWS]
         device = rows[0]["device"] if rows else entry
         ax.bar([x + i * width for x in range(len(labels))], values, width=width, label=f"{entry} ({device})")
     ax.set_xticks([x + width * (len(entries) - 1) / 2 for x in range(len(labels))], labels, fontsize=7, rotation=12)
-    ax.set_ylabel("p50 latency (ms), activation 8x512x768")
+    ax.set_ylabel("p50 latency (ms), activation 8x512x768 float32")
     ax.set_title("The four rows across matrix entries (newest opset)")
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -123,6 +154,9 @@ def across_entries(all_rows: list[dict], path: Path) -> None:
 def summary(entry_dir: Path, rows: list[dict], targets: list[dict]) -> str:
     entry = entry_dir.name
     first = rows[0]
+    key, values_of_key = series(rows)
+    if first["execution_provider"] == "torch-cuda":
+        return _gpu_summary(entry, rows, targets, values_of_key)
     lines = [f"# Benchmark summary: entry `{entry}`", "",
              f"Device: {first['device']}; torch {first['torch']}, onnx {first['onnx']}, onnxruntime {first['onnxruntime']}; "
              f"{first['threads']} threads; git {first['git_sha'][:12]}{' (dirty)' if first['git_dirty'] == 'True' else ''}; "
@@ -137,26 +171,58 @@ def summary(entry_dir: Path, rows: list[dict], targets: list[dict]) -> str:
              "ORT's arena keeps its blocks, so ORT peaks are the tensors alone. The paired ratios under Targets "
              "compare rows side by side in one warm process.", "",
              "![latency](latency.png)", "", "![memory](memory.png)", ""]
-    for workload in ("swish", "ffn"):
+    for workload in workloads(rows):
         wrows = [r for r in rows if r["workload"] == workload]
-        if not wrows:
-            continue
         runs = f"{wrows[0]['warmup']} warm-ups, {wrows[0]['runs']} runs"
         for opset in _opsets(wrows):
-            title = "activation alone" if workload == "swish" else "FFN block (Linear 768->3072, Swish, Linear 3072->768)"
+            title = WORKLOAD_TITLES.get(workload, workload)
             lines += [f"## {title}, {wrows[0]['shape']}, beta {wrows[0]['beta']}, opset {opset} ({runs})", ""]
             lines += summary_table(wrows, workload, opset) + [""]
     shares = [r for r in rows if _f(r.get("custom_node_share"))]
     if shares:
         lines += ["## Profile", ""] + [f"- {r['workload']} opset {r['opset']}: the myops::Swish node takes "
                                        f"{float(r['custom_node_share']) * 100:.1f} % of the session's run time" for r in shares] + [""]
-    if targets:
-        lines += ["## Targets (paired ratios, A B A B in one process)", "",
-                  "| target | measured | limit | holds |", "|---|---|---|---|"]
-        lines += [f"| {t['target']} | {float(t['median_ratio']):.3f}x | {t['limit']} | {'yes' if t['holds'] == 'True' else 'NO'} |"
-                  for t in targets]
-        lines.append("")
+    lines += _targets_table(targets)
     return "\n".join(lines)
+
+
+def _targets_table(targets: list[dict]) -> list[str]:
+    if not targets:
+        return []
+    lines = ["## Targets (paired ratios, A B A B in one process)", "",
+             "| target | measured | limit | holds |", "|---|---|---|---|"]
+    lines += [f"| {t['target']} | {float(t['median_ratio']):.3f}x | {t['limit']} | {'yes' if t['holds'] == 'True' else 'NO'} |"
+              for t in targets]
+    return lines + [""]
+
+
+def _gpu_summary(entry: str, rows: list[dict], targets: list[dict], dtypes: list[str]) -> str:
+    first = rows[0]
+    lines = [f"# Benchmark summary: entry `{entry}` (GPU, PyTorch rows)", "",
+             f"Device: {first['device']}, driver {first['driver']}; torch {first['torch']} (CUDA {first['cuda']}); "
+             f"git {first['git_sha'][:12]}{' (dirty)' if first['git_dirty'] == 'True' else ''}; measured {first['timestamp']} "
+             "by `python -m bench.gpu_check`.", "",
+             "Latency: median (p50) of timed runs after warm-ups, CUDA events around each run, read after one "
+             f"synchronisation. Memory: {first['memory_method']}. GB/s: the least bytes a row must move (forward: read "
+             "x, write y; backward: read grad and x, write dx) over p50; 'of copy floor' is the row's GB/s over the "
+             "copy's. Backward rows compare with the composite's autograd.", "",
+             "![latency](latency.png)", "", "![memory](memory.png)", ""]
+    for workload in workloads(rows):
+        wrows = [r for r in rows if r["workload"] == workload]
+        runs = f"{wrows[0]['warmup']} warm-ups, {wrows[0]['runs']} runs"
+        for dtype in [d for d in dtypes if any(r["dtype"] == d for r in wrows)]:
+            title = WORKLOAD_TITLES.get(workload, workload)
+            lines += [f"## {title}, {wrows[0]['shape']}, {dtype}, beta {wrows[0]['beta']} ({runs})", ""]
+            lines += summary_table(wrows, workload, dtype, key="dtype") + [""]
+    return "\n".join(lines + _targets_table(targets))
+
+
+def charts(entry_dir: Path, rows: list[dict]) -> bool:
+    if not charts_possible():
+        return False
+    chart(rows, entry_dir.name, "p50_ms", entry_dir / "latency.png")
+    chart(rows, entry_dir.name, "peak_mb", entry_dir / "memory.png")
+    return True
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -171,13 +237,22 @@ def main(argv: list[str] | None = None) -> int:
     for entry_dir in entry_dirs:
         rows = read_csv(entry_dir / "bench.csv")
         all_rows += rows
-        chart(rows, entry_dir.name, "p50_ms", entry_dir / "latency.png")
-        chart(rows, entry_dir.name, "peak_mb", entry_dir / "memory.png")
+        drawn = charts(entry_dir, rows)
         write_text_atomic(entry_dir / "summary.md", summary(entry_dir, rows, read_csv(entry_dir / "targets.csv")))
-        print(f"[report] {entry_dir}/summary.md, latency.png, memory.png")
-    across_entries(all_rows, args.results / "across_entries.png")
-    print(f"[report] {args.results / 'across_entries.png'}")
+        print(f"[report] {entry_dir}/summary.md" + (", latency.png, memory.png" if drawn else
+                                                   " (no matplotlib here: charts skipped, run `nox -s report` later)"))
+    if charts_possible():
+        across_entries(all_rows, args.results / "across_entries.png")
+        print(f"[report] {args.results / 'across_entries.png'}")
     return 0
+
+
+def charts_possible() -> bool:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 if __name__ == "__main__":

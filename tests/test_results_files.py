@@ -26,3 +26,28 @@ def test_interrupted_write_leaves_the_old_file_and_no_debris(tmp_path):
         write_text_atomic(path, 42)  # fails while writing
     assert path.read_text() == "old\n"
     assert [p.name for p in tmp_path.iterdir()] == ["summary.md"]
+
+
+def test_report_lays_out_torch_only_gpu_rows_per_dtype(tmp_path):
+    """bench.gpu_check writes PyTorch rows without opsets: the report splits them by dtype instead."""
+    from bench.report import main as report
+    from bench.run import COLUMNS as BENCH_COLUMNS
+    from lab.files import write_csv_atomic
+
+    common = {"entry": "cuda13.0", "workload": "swish_large", "shape": "64x1024x1024", "beta": "1.0",
+              "execution_provider": "torch-cuda", "warmup": 10, "runs": 100, "memory_method": "max_memory_allocated",
+              "torch": "2.14.1", "cuda": "13.0", "driver": "580", "device": "GPU", "git_sha": "0" * 40,
+              "git_dirty": "False", "timestamp": "t"}
+    timings = {"torch_copy": 1.0, "torch_composite": 3.0, "torch_extension": 1.1, "torch_composite_backward": 6.0,
+               "torch_extension_backward": 1.5}
+    rows = [{**common, "row": row, "dtype": dtype, "p20_ms": ms, "p50_ms": ms * scale, "p80_ms": ms, "peak_mb": 1.0,
+             "gb_per_s": 100.0, "fraction_of_copy": 0.9}
+            for dtype, scale in (("float32", 1.0), ("float16", 0.5)) for row, ms in timings.items()]
+    write_csv_atomic(tmp_path / "cuda13.0" / "bench.csv", rows, BENCH_COLUMNS)
+    assert report(["--results", str(tmp_path)]) == 0
+    text = (tmp_path / "cuda13.0" / "summary.md").read_text()
+    assert "## activation alone, large tensor, 64x1024x1024, float32" in text and ", float16, beta" in text
+    assert "| PyTorch custom C++ extension | 1.100 " in text and "| 0.37x |" in text  # vs the composite
+    assert "| PyTorch custom C++ extension, backward | 1.500 " in text and "| 0.25x |" in text  # vs its autograd
+    assert "CUDA events" in text
+    assert (tmp_path / "cuda13.0" / "latency.png").stat().st_size > 0
