@@ -63,6 +63,11 @@ def _build(session: nox.Session, *, cuda: str = "AUTO") -> None:
     session.run("python", "-m", "ops.build")
     session.log("building the ONNX Runtime plugin (cached under build/ort_plugin)")
     session.run("python", "-m", "ort_plugin.build", "--cuda", cuda)
+    # Later steps use exactly this build, not whichever build dir is newest.
+    where = session.run("python", "-c", f"from ort_plugin.build import library_path; print(library_path({cuda!r}))",
+                        silent=True)
+    if where:
+        session.env["MYOPS_ORT_PLUGIN"] = where.strip().splitlines()[-1]
 
 
 @nox.session(venv_backend="none")

@@ -52,6 +52,12 @@ def build_dir_for(cuda: str, headers_version: str, sanitize: bool = False) -> Pa
     return BUILD_ROOT / f"ort{headers_version}-cuda{cuda.lower()}"
 
 
+def library_path(cuda: str = "AUTO", include_dir: str | None = None) -> Path:
+    """Where build() with these options puts the library (nothing is built)."""
+    found = ort_headers.resolve(include_dir, log=lambda message: None)
+    return build_dir_for(cuda.upper(), found.version) / LIBRARY_NAME
+
+
 def build(*, cuda: str = "AUTO", include_dir: str | None = None, sanitize: bool = False,
           cuda_architectures: str | None = None, log=print) -> Path:
     """Build if needed; return the path of the plugin library (sanitize: the ASan+UBSan test build)."""
