@@ -22,17 +22,19 @@ RUN (command -v cmake >/dev/null || (apt-get update && DEBIAN_FRONTEND=nonintera
  && cmake --build /build -j "$(nproc)"
 
 FROM ${BASE_RUNTIME} AS deps
-ARG ENTRY REVISION=unknown
+ARG ENTRY REVISION=unknown PYTHON_VERSION ORT_PACKAGE ORT_VERSION NUMPY_VERSION
 ENV PATH=/opt/venv/bin:$PATH PYTHONPATH=/opt/myops/app MYOPS_ORT_PLUGIN=/opt/myops/lib/libmyops_ort.so \
     MYOPS_ARTIFACTS=/opt/myops/artifacts MYOPS_MATRIX_ENTRY=${ENTRY} MYOPS_GIT_SHA=${REVISION}
 ENTRYPOINT ["python", "-m", "ort_plugin.runner"]
 CMD ["verify"]
-COPY locks/infer.txt wheels-infer/ /tmp/wheels/
+COPY locks/infer.txt locks/check_versions.py wheels-infer/ /tmp/wheels/
 RUN (command -v python3 >/dev/null && python3 -c "import venv" 2>/dev/null || \
      (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
         python3 python3-venv && rm -rf /var/lib/apt/lists/*)) \
  && python3 -m venv /opt/venv \
  && /opt/venv/bin/pip install --no-cache-dir --no-index --find-links /tmp/wheels --require-hashes -r /tmp/wheels/infer.txt \
+ && /opt/venv/bin/python /tmp/wheels/check_versions.py python=${PYTHON_VERSION} numpy=${NUMPY_VERSION} \
+        ${ORT_PACKAGE}=${ORT_VERSION} \
  && rm -rf /tmp/wheels && useradd --create-home --uid 10001 lab
 
 FROM deps AS infer

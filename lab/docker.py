@@ -237,6 +237,7 @@ def prepare_context(entry: dict, locks: dict, *, log=print) -> tuple[Path, str]:
     found = resolve(pin=pin_from_matrix(entry["id"]), log=log)
     # Inside the image src/ is /lab and XDG_CACHE_HOME=/lab/.cache: the header cache layout.
     shutil.copytree(found.include_dir, context / "src" / ".cache" / "myops-lab" / "ort-headers" / found.version / "include")
+    _link_or_copy(DOCKER_DIR / "check_versions.py", context / "locks" / "check_versions.py")
     for kind, lock in locks.items():
         _link_or_copy(lock, context / "locks" / f"{kind}.txt")
         for line in lock.read_text().splitlines():
@@ -299,6 +300,10 @@ def build_images(entry_id: str, *, base_overrides: dict | None = None, log=print
         "TORCH_CUDA_ARCH_LIST": " ".join(entry["torch_cuda_arch_list"]),
         "CUDA_MODE": "ON" if cuda else "OFF",
         "CUDA_ARCHITECTURES": cmake_cuda_architectures(entry["torch_cuda_arch_list"]),
+        # Every version pin as its own build arg; the images check what they installed against them.
+        "PYTHON_VERSION": entry["python"], "TORCH_VERSION": entry["torch"]["version"], "ONNX_VERSION": entry["onnx"],
+        "ONNXSCRIPT_VERSION": entry["onnxscript"], "NUMPY_VERSION": entry["numpy"],
+        "ORT_PACKAGE": entry["onnxruntime"]["package"], "ORT_VERSION": entry["onnxruntime"]["version"],
     }
     versions = {"train": f"torch{entry['torch']['version']}-ort{entry['onnxruntime']['version']}",
                 "infer": f"ort{entry['onnxruntime']['version']}-headers{headers_version}"}

@@ -32,6 +32,18 @@ def test_layers_1_and_2_pass_inside_train(cpu_images):
     assert " passed" in out and " failed" not in out, out[-2000:]
 
 
+def test_images_hold_exactly_the_matrix_pins(cpu_images):
+    entry = matrix.entry("cpu")
+    ort = entry["onnxruntime"]
+    pins = [f"python={entry['python']}", f"numpy={entry['numpy']}", f"{ort['package']}={ort['version']}"]
+    program = (docker.DOCKER_DIR / "check_versions.py").read_text()  # what the builds ran, run again inside
+    for kind, extra in (("train", [f"torch={entry['torch']['version']}", f"onnx={entry['onnx']}"]), ("infer", [])):
+        good = docker.run(cpu_images[kind], "-c", program, *pins, *extra, entrypoint="python")
+        assert good.returncode == 0, good.stderr.decode()
+        bad = docker.run(cpu_images[kind], "-c", program, *pins, "numpy=1.0.0", entrypoint="python")
+        assert bad.returncode == 1 and "numpy 2" in bad.stderr.decode() and "pins 1.0.0" in bad.stderr.decode()
+
+
 def test_infer_verifies_the_plugin(cpu_images):
     result = docker.run(cpu_images["infer"], "verify")
     out = result.stdout.decode(errors="replace")
