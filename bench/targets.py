@@ -56,17 +56,21 @@ def _callables(args, models: dict, plugin: str, opset: int) -> dict:
 
 
 def paired_ratio(a, b, pairs: int, warmup: int = 10) -> float:
+    """Median over pairs of t(a) / t(b), timed back to back; the order alternates between pairs,
+    so that neither side always inherits the other's cache and thread-pool state."""
     for _ in range(warmup):
         a()
         b()
     ratios = []
-    for _ in range(pairs):
+    for i in range(pairs):
+        first, second = (a, b) if i % 2 == 0 else (b, a)
         start = time.perf_counter()
-        a()
+        first()
         middle = time.perf_counter()
-        b()
+        second()
         end = time.perf_counter()
-        ratios.append((middle - start) / (end - middle))
+        t_first, t_second = middle - start, end - middle
+        ratios.append(t_first / t_second if i % 2 == 0 else t_second / t_first)
     return statistics.median(ratios)
 
 
