@@ -7,10 +7,24 @@ import tempfile
 from pathlib import Path
 
 
+def _umask() -> int:
+    # Read, not set: os.umask() can only be queried by changing it, which races with other threads.
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except OSError:
+        pass
+    return 0o022
+
+
 def write_text_atomic(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
+        # mkstemp makes 0600 files; a result or lock file gets the mode any new file would. (A lock
+        # file's mode is part of the Docker layer cache key: 0600 here vs 0644 in a clone rebuilt all.)
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "w") as handle:
             handle.write(text)
         os.replace(tmp, path)

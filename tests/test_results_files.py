@@ -18,6 +18,15 @@ def test_upsert_replaces_rows_with_the_same_key_including_empty_cells(tmp_path):
     assert sorted((r["row"], r["p50_ms"]) for r in rows) == [("ort_custom", "0.9"), ("torch_composite", "2.0")]
 
 
+def test_atomic_writes_get_the_mode_of_any_new_file(tmp_path):
+    import os
+
+    path = tmp_path / "lock.txt"
+    write_text_atomic(path, "x\n")
+    (tmp_path / "plain.txt").write_text("x\n")
+    assert os.stat(path).st_mode == os.stat(tmp_path / "plain.txt").st_mode
+
+
 def test_interrupted_write_leaves_the_old_file_and_no_debris(tmp_path):
     path = tmp_path / "summary.md"
     write_text_atomic(path, "old\n")
