@@ -1,7 +1,7 @@
 # The inference side of one matrix entry, meant to be pulled onto a (GPU) host: onnxruntime(-gpu),
 # numpy, the plugin, the artifacts and the torch-free runner. NO PyTorch in the final stage.
 #   docker run --rm [--gpus all] <image> verify | dump --out DIR | bench
-# Labels (OCI source, revision, version, created, matrix entry) are set by lab/docker.py.
+# Labels (OCI source, revision, version, created, matrix entry) come from build args lab/docker.py fills.
 # NOTE: metadata instructions come early, while the image is small: under the vfs storage driver
 # every instruction copies the whole image.
 ARG BASE_BUILD
@@ -22,9 +22,9 @@ RUN (command -v cmake >/dev/null || (apt-get update && DEBIAN_FRONTEND=nonintera
  && cmake --build /build -j "$(nproc)"
 
 FROM ${BASE_RUNTIME} AS deps
-ARG ENTRY REVISION=unknown PYTHON_VERSION ORT_PACKAGE ORT_VERSION NUMPY_VERSION
+ARG ENTRY PYTHON_VERSION ORT_PACKAGE ORT_VERSION NUMPY_VERSION
 ENV PATH=/opt/venv/bin:$PATH PYTHONPATH=/opt/myops/app MYOPS_ORT_PLUGIN=/opt/myops/lib/libmyops_ort.so \
-    MYOPS_ARTIFACTS=/opt/myops/artifacts MYOPS_MATRIX_ENTRY=${ENTRY} MYOPS_GIT_SHA=${REVISION}
+    MYOPS_ARTIFACTS=/opt/myops/artifacts MYOPS_MATRIX_ENTRY=${ENTRY}
 ENTRYPOINT ["python", "-m", "ort_plugin.runner"]
 CMD ["verify"]
 COPY locks/infer.txt locks/check_versions.py wheels-infer/ /tmp/wheels/
@@ -42,3 +42,11 @@ COPY --from=plugin /build/libmyops_ort.so /opt/myops/lib/libmyops_ort.so
 COPY --from=artifacts /lab/artifacts /opt/myops/artifacts
 COPY app/ /opt/myops/app/
 USER lab
+# Labels last and in one instruction: the revision changes with every commit, and under vfs each
+# instruction is a copy of the whole image. (ARG here, not earlier: an ARG in scope of a RUN is part
+# of that RUN's cache key.)
+ARG ENTRY REVISION=unknown VERSION CREATED
+ENV MYOPS_GIT_SHA=${REVISION}
+LABEL org.opencontainers.image.title="myops-lab infer (${ENTRY})" org.opencontainers.image.source=myops-lab \
+      org.opencontainers.image.revision=${REVISION} org.opencontainers.image.version=${VERSION} \
+      org.opencontainers.image.created=${CREATED} lab.matrix.entry=${ENTRY}

@@ -31,3 +31,10 @@ RUN /lab/.image-entrypoint sh -c 'rm -rf /tmp/wheels \
  && python -m ops.check_archs \
  && python -m ort_plugin.build --cuda AUTO \
  && python -m ops.artifacts --out /lab/artifacts --entry "$MYOPS_MATRIX_ENTRY"'
+# Labels last and in one instruction: the revision changes with every commit, and under vfs each
+# instruction is a copy of the whole image. (ARG here, not earlier: an ARG in scope of a RUN is part
+# of that RUN's cache key.)
+ARG ENTRY REVISION=unknown VERSION CREATED
+LABEL org.opencontainers.image.title="myops-lab train (${ENTRY})" org.opencontainers.image.source=myops-lab \
+      org.opencontainers.image.revision=${REVISION} org.opencontainers.image.version=${VERSION} \
+      org.opencontainers.image.created=${CREATED} lab.matrix.entry=${ENTRY}

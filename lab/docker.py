@@ -308,13 +308,11 @@ def build_images(entry_id: str, *, base_overrides: dict | None = None, log=print
     versions = {"train": f"torch{entry['torch']['version']}-ort{entry['onnxruntime']['version']}",
                 "infer": f"ort{entry['onnxruntime']['version']}-headers{headers_version}"}
     for kind in ("train", "infer"):
-        args = dict(common, TRAIN_IMAGE=tags["train"]) if kind == "infer" else common
-        labels = {"org.opencontainers.image.title": f"myops-lab {kind} ({entry['id']})",
-                  "org.opencontainers.image.source": "myops-lab", "org.opencontainers.image.revision": source_revision,
-                  "org.opencontainers.image.version": versions[kind], "org.opencontainers.image.created": _created(),
-                  "lab.matrix.entry": entry["id"]}
+        args = dict(common, TRAIN_IMAGE=tags["train"]) if kind == "infer" else dict(common)
+        # The OCI labels are set by one LABEL at the end of each Dockerfile from these args: every
+        # `--label` would be an instruction of its own, i.e. one more copy of the image under vfs.
+        args.update(VERSION=versions[kind], CREATED=_created())
         build_args = [part for key, value in args.items() for part in ("--build-arg", f"{key}={value}")]
-        build_args += [part for key, value in labels.items() for part in ("--label", f"{key}={value}")]
         log(f"[docker] building {tags[kind]} ...")
         started = time.perf_counter()
         _docker("build", "-f", str(DOCKER_DIR / f"{kind}.Dockerfile"), "-t", tags[kind], *build_args, str(context),

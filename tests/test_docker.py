@@ -25,6 +25,27 @@ def test_unchanged_rebuild_is_a_no_op(cpu_images):
     assert time.perf_counter() - started < 300
 
 
+def _layers(tag: str) -> list[str]:
+    out = subprocess.run(["docker", "history", "--no-trunc", "--format", "{{.ID}} {{.CreatedBy}}", tag],
+                         capture_output=True, text=True, check=True).stdout
+    return out.splitlines()
+
+
+def test_a_new_commit_with_the_same_sources_rebuilds_only_metadata(cpu_images, monkeypatch):
+    before = {kind: _layers(tag) for kind, tag in cpu_images.items()}
+    monkeypatch.setattr(docker, "revision", lambda: "f" * 40)
+    try:
+        docker.build_images("cpu", log=lambda message: None)
+        after = {kind: _layers(tag) for kind, tag in cpu_images.items()}
+    finally:
+        monkeypatch.undo()
+        docker.build_images("cpu", log=lambda message: None)  # the tags back on this commit's images
+    for kind in cpu_images:
+        changed = [line.split(" ", 1)[1] for line in after[kind] if line not in before[kind]]
+        assert changed and all(step.startswith("/bin/sh -c #(nop) ") and (" LABEL " in step or " ENV " in step)
+                               for step in changed), f"{kind}: rebuilt {changed}"
+
+
 def test_layers_1_and_2_pass_inside_train(cpu_images):
     result = docker.run(cpu_images["train"], timeout=1800)
     out = result.stdout.decode(errors="replace")
@@ -38,9 +59,9 @@ def test_images_hold_exactly_the_matrix_pins(cpu_images):
     pins = [f"python={entry['python']}", f"numpy={entry['numpy']}", f"{ort['package']}={ort['version']}"]
     program = (docker.DOCKER_DIR / "check_versions.py").read_text()  # what the builds ran, run again inside
     for kind, extra in (("train", [f"torch={entry['torch']['version']}", f"onnx={entry['onnx']}"]), ("infer", [])):
-        good = docker.run(cpu_images[kind], "-c", program, *pins, *extra, entrypoint="python")
+        good = docker.run(cpu_images[kind], "-c", program, *pins, *extra, entrypoint="/opt/venv/bin/python")
         assert good.returncode == 0, good.stderr.decode()
-        bad = docker.run(cpu_images[kind], "-c", program, *pins, "numpy=1.0.0", entrypoint="python")
+        bad = docker.run(cpu_images[kind], "-c", program, *pins, "numpy=1.0.0", entrypoint="/opt/venv/bin/python")
         assert bad.returncode == 1 and "numpy 2" in bad.stderr.decode() and "pins 1.0.0" in bad.stderr.decode()
 
 
