@@ -167,9 +167,10 @@ def summary(entry_dir: Path, rows: list[dict], targets: list[dict]) -> str:
              "Reading the PyTorch rows: they allocate their output on every call, and the composite two more "
              "temporaries of the same size; glibc returns blocks that large to the kernel when freed, so every "
              "call page-faults them in again, which is most of the composite's time on a VM like this one. The "
-             "peaks of PyTorch rows also hold one-time start-up of the first call (OpenMP threads, allocator); "
-             "ORT's arena keeps its blocks, so ORT peaks are the tensors alone. The paired ratios under Targets "
-             "compare rows side by side in one warm process.", "",
+             "peaks of PyTorch rows are measured in a process of their own with every large block mmapped, after "
+             "one untimed call: the bytes live during a call, without start-up or allocator caching; ORT rows "
+             "count their arena's growth, which ORT keeps. The paired ratios under Targets compare rows side by "
+             "side in one warm process.", "",
              "![latency](latency.png)", "", "![memory](memory.png)", ""]
     for workload in workloads(rows):
         wrows = [r for r in rows if r["workload"] == workload]
