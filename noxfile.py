@@ -198,21 +198,19 @@ def _cuda_home(session: nox.Session) -> str:
     """$CUDA_HOME, else the toolkit nvcc itself reports: torch's own guess (nvcc's dir/..) is wrong
     when nvcc on PATH is a wrapper script, as /usr/local/bin/nvcc is on these machines."""
     import os
-    import re
     import shutil
-    import subprocess
 
     home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
     if home:
         return home
     if shutil.which("nvcc") is None:
         session.error("nvcc not found: install the CUDA toolkit (13.x, matching torch's CUDA 13) or set CUDA_HOME")
-    dry = subprocess.run(["nvcc", "--dryrun", "-x", "cu", "-c", os.devnull, "-o", os.devnull],
-                         capture_output=True, text=True)
-    top = re.search(r"^#\$ TOP=(.+)$", dry.stdout + dry.stderr, flags=re.M)
-    if top is None:
+    from lab.provenance import cuda_toolkit_root
+
+    root = cuda_toolkit_root("nvcc")
+    if root is None:
         session.error("cannot tell where nvcc's toolkit lies: set CUDA_HOME")
-    return str(Path(top.group(1).strip()).resolve())
+    return str(root.resolve())
 
 
 # Loading needs no GPU: it registers the kernels; running them would need one.

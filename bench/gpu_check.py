@@ -211,23 +211,15 @@ def choose_entry(requested: str | None, torch_cuda: str | None, entries: dict[st
     return chosen, f"no entry {exact} in {MATRIX.name}: rows go to {chosen} (their `cuda` column says {torch_cuda})"
 
 
-def toolkit_root(nvcc: str) -> Path | None:
-    """The toolkit an nvcc belongs to, as nvcc itself reports it (a wrapper script or a link hides it)."""
-    try:
-        out = subprocess.run([nvcc, "--dryrun", "-c", "probe.cu"], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    here = re.search(r"^#\$ _HERE_=(.+)$", out.stdout + out.stderr, flags=re.M)
-    return Path(here.group(1).strip()).parent if here else None
-
-
 def pin_cuda_home() -> None:
     """Set CUDA_HOME to the toolkit of the nvcc on PATH, unless set: torch guesses it from nvcc's path,
     which for a wrapper script (/usr/local/bin/nvcc) is a folder without libcudart, and the link fails."""
     if os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or "torch.utils.cpp_extension" in sys.modules:
         return
     nvcc = shutil.which("nvcc")
-    root = toolkit_root(nvcc) if nvcc else None
+    from lab.provenance import cuda_toolkit_root
+
+    root = cuda_toolkit_root(nvcc) if nvcc else None
     if root is not None and (root / "bin" / "nvcc").is_file():
         os.environ["CUDA_HOME"] = str(root)
 

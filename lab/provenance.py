@@ -9,6 +9,7 @@ import importlib
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -61,6 +62,20 @@ def nvcc_version(nvcc: str = "nvcc") -> str | None:
     """'13.0' from nvcc's last line ('Build cuda_13.0.r13.0/compiler...'), None without nvcc."""
     out = _run([nvcc, "--version"])
     return out.splitlines()[-1].split("cuda_")[-1].split(".r")[0] if out and "cuda_" in out else None
+
+
+def cuda_toolkit_root(nvcc: str = "nvcc") -> Path | None:
+    """The toolkit an nvcc belongs to, as nvcc itself reports it: a wrapper script or a link on PATH
+    (/usr/local/bin/nvcc here) hides it, and torch's guess from nvcc's folder then lacks libcudart."""
+    if shutil.which(nvcc) is None:
+        return None
+    try:  # the dry run prints its settings on stderr
+        done = subprocess.run([nvcc, "--dryrun", "-x", "cu", "-c", os.devnull, "-o", os.devnull],
+                              capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    here = re.search(r"^#\$ _HERE_=(.+)$", done.stdout + done.stderr, flags=re.M)
+    return Path(here.group(1).strip()).parent if here else None
 
 
 def gpu() -> dict:
