@@ -190,8 +190,12 @@ def summary(entry_dir: Path, rows: list[dict], targets: list[dict]) -> str:
 def _targets_table(targets: list[dict]) -> list[str]:
     if not targets:
         return []
-    lines = ["## Targets (paired ratios, A B A B in one process)", "",
-             "| target | measured | limit | holds |", "|---|---|---|---|"]
+    lines = ["## Targets (paired ratios, A B A B in one process)", ""]
+    pools = sorted({t.get("ort_thread_pool") for t in targets} - {None, ""})
+    if pools:
+        lines += [f"ORT sessions in the pairs: {'; '.join(pools)} (a pool per session keeps spinning after "
+                  "its run and slows the other side's next run on a 2-core machine).", ""]
+    lines += ["| target | measured | limit | holds |", "|---|---|---|---|"]
     lines += [f"| {t['target']} | {float(t['median_ratio']):.3f}x | {t['limit']} | {'yes' if t['holds'] == 'True' else 'NO'} |"
               for t in targets]
     return lines + [""]

@@ -52,10 +52,11 @@ def perturbed_plugin(tmp_path_factory):
     work = tmp_path_factory.mktemp("perturbed")
     shutil.copytree(repo / "kernels", work / "kernels")
     shutil.copytree(repo / "ort_plugin", work / "ort_plugin", ignore=shutil.ignore_patterns("__pycache__"))
-    header = work / "kernels" / "swish.h"
-    source = header.read_text()
-    assert "exp_any(-(beta * x))" in source
-    header.write_text(source.replace("exp_any(-(beta * x))", "exp_any(-((beta * T(1.001)) * x))"))
+    # In the plugin's CPU op rather than in the math: every ISA path of kernels/swish.h sees it.
+    op = work / "ort_plugin" / "src" / "cpu" / "swish_op.cc"
+    source = op.read_text()
+    assert "info.GetElementCount()), beta};" in source
+    op.write_text(source.replace("info.GetElementCount()), beta};", "info.GetElementCount()), beta * 1.001f};"))
     include = resolve(log=lambda m: None).include_dir
     subprocess.run(["cmake", "-S", str(work / "ort_plugin"), "-B", str(work / "build"), f"-DORT_INCLUDE_DIR={include}",
                     "-DMYOPS_CUDA=OFF"], check=True, capture_output=True)

@@ -209,3 +209,37 @@ def test_input_of_unknown_rank_keeps_the_output_shape_open(plugin_path, capfd):
     x = np.linspace(-3, 3, 6, dtype=np.float32).reshape(2, 3)
     np.testing.assert_allclose(session.run(None, {"x": x})[0], numpy_swish(x, 1.0), rtol=1e-6, atol=1e-7)
     assert "VerifyOutputSizes" not in capfd.readouterr().err
+
+
+def _at_page_offset(n: int, offset_bytes: int) -> np.ndarray:
+    """A float32 view of n elements starting offset_bytes after a 4096-byte boundary."""
+    raw = np.zeros(n * 4 + 2 * 4096, dtype=np.uint8)
+    start = (-raw.ctypes.data) % 4096 + offset_bytes
+    return raw[start:start + n * 4].view(np.float32)
+
+
+# The CPU kernel picks its loop by where the output sits relative to the input modulo 4096 (a
+# load-ahead loop against 4K aliasing, kernels/swish.h); every loop must give the same bits.
+@pytest.mark.parametrize("x_offset, y_offset", [(16, 64), (64, 16), (0, 272), (0, 300), (16, 4016)])
+@pytest.mark.parametrize("n", [1, 127, 128, 129, 1000, 4099, 40000])
+def test_same_bits_wherever_the_output_sits(plugin_path, x_offset, y_offset, n):
+    session = make_session(swish_graph(beta=1.3, hidden=n).SerializeToString(), library=plugin_path)
+    x = _at_page_offset(n, x_offset)
+    x[:] = np.random.default_rng(n).normal(scale=8.0, size=n).astype(np.float32)
+    edges = EDGE_VALUES[: max(1, n // 2)]
+    x[: len(edges)], x[n - len(edges):] = edges, edges
+
+    def run_into(offset):
+        y = _at_page_offset(n + 1, offset)
+        y[n] = 7.0  # the element after the output must stay untouched
+        binding = session.io_binding()
+        binding.bind_cpu_input("x", x.reshape(1, 1, n))
+        binding.bind_output("y", "cpu", 0, np.float32, [1, 1, n], y.ctypes.data)
+        session.run_with_iobinding(binding)
+        assert y[n] == 7.0
+        return y[:n]
+
+    plain = run_into(x_offset)  # same offset as the input: the plain loop
+    y = run_into(y_offset)
+    assert y.tobytes() == plain.tobytes()
+    np.testing.assert_allclose(y, numpy_swish(x, 1.3), rtol=1e-5, atol=1e-6)
