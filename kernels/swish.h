@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 
@@ -245,8 +246,20 @@ inline Isa detect_isa() {
   return Isa::kBaseline;
 }
 
+// MYOPS_CPU_ISA=baseline|avx2 caps the choice (never raises it): how the tests run every path on
+// one machine, and how a user compares them.
+inline Isa capped_isa() {
+  const Isa detected = detect_isa();
+  const char* cap = std::getenv("MYOPS_CPU_ISA");
+  if (cap == nullptr) return detected;
+  const Isa wanted = std::strcmp(cap, "baseline") == 0 ? Isa::kBaseline
+                     : std::strcmp(cap, "avx2") == 0   ? Isa::kAvx2
+                                                       : Isa::kAvx512;
+  return wanted < detected ? wanted : detected;
+}
+
 inline Isa isa() {
-  static const Isa detected = detect_isa();
+  static const Isa detected = capped_isa();
   return detected;
 }
 

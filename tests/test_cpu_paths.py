@@ -1,0 +1,90 @@
+"""Every CPU path of kernels/swish.h on this one machine: AVX-512 (intrinsics), AVX2 and baseline
+(both compiled from the scalar code). MYOPS_CPU_ISA caps the path picked at load time, so each runs
+in a process of its own; the machine CI runs on has AVX-512, so without the cap the other two
+paths would never run here although most laptops take the AVX2 one.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.test_under_load import reference_mismatch, same_bits
+
+REPO = Path(__file__).resolve().parent.parent
+PATHS = ("baseline", "avx2", "avx512")
+BETA = 1.702
+# An odd length: every span ends in a tail; edge values at both ends and in the middle.
+EDGES = [0.0, -0.0, 1e-40, -1e-40, 20.0, -20.0, 88.5, -88.5, 1e4, -1e4, float("inf"), float("-inf"), float("nan")]
+
+CHILD = r"""
+import json, sys
+import numpy as np, torch
+import ops
+from ort_plugin import make_session
+from tests.test_under_load import swish_model
+
+x = np.load(sys.argv[1])
+ops.load()
+session = make_session(swish_model(float(sys.argv[3]), 1), library=sys.argv[2])
+xt = torch.from_numpy(x).requires_grad_()
+y = ops.swish(xt, float(sys.argv[3]))
+(dx,) = torch.autograd.grad(y, xt, torch.ones_like(y))
+np.savez(sys.argv[4], plugin=session.run(None, {"x": x})[0],
+         extension=y.detach().numpy(), grad=dx.numpy())
+"""
+
+
+def derivative64(x: np.ndarray, beta: float) -> np.ndarray:
+    b = np.float64(np.float32(beta))
+    with np.errstate(over="ignore", invalid="ignore"):
+        s = 1.0 / (1.0 + np.exp(-(b * x.astype(np.float64))))
+        return s + b * x * s * (1.0 - s)
+
+
+@pytest.fixture(scope="module")
+def outputs(plugin_path, ext, tmp_path_factory):
+    work = tmp_path_factory.mktemp("cpu-paths")
+    x = np.random.default_rng(7).normal(scale=8.0, size=200_003).astype(np.float32)
+    x[: len(EDGES)], x[-len(EDGES):], x[100_000:100_000 + len(EDGES)] = EDGES, EDGES, EDGES
+    np.save(work / "x.npy", x)
+    results = {}
+    for path in PATHS:
+        env = dict(os.environ, MYOPS_CPU_ISA=path, PYTHONPATH=str(REPO))
+        out = work / f"{path}.npz"
+        child = subprocess.run([sys.executable, "-c", CHILD, str(work / "x.npy"), str(plugin_path), str(BETA), str(out)],
+                               capture_output=True, text=True, env=env, cwd=REPO, timeout=600)
+        assert child.returncode == 0, child.stderr[-3000:]
+        results[path] = dict(np.load(out))
+    return x, results
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_forward_matches_float64_and_both_layers_agree(outputs, path):
+    x, results = outputs
+    plugin, extension = results[path]["plugin"], results[path]["extension"]
+    assert reference_mismatch(plugin, x, BETA) is None, reference_mismatch(plugin, x, BETA)
+    # One header, one path per process: the two layers give the same bits.
+    assert same_bits(plugin, extension)
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_backward_matches_float64(outputs, path):
+    x, results = outputs
+    grad, ref = results[path]["grad"].astype(np.float64), derivative64(x, BETA)
+    finite = np.isfinite(x) & np.isfinite(ref)
+    np.testing.assert_allclose(grad[finite], ref[finite], rtol=1e-5, atol=1e-6)
+
+
+def test_the_cap_really_switches_paths(outputs):
+    # The AVX-512 exp is a different polynomial from the scalar one: some last bits differ. Were the
+    # cap ignored, the three runs would be identical and the tests above would test one path only.
+    _, results = outputs
+    if "avx512f" not in Path("/proc/cpuinfo").read_text():
+        pytest.skip("this CPU has no AVX-512")
+    assert not same_bits(results["avx512"]["plugin"], results["baseline"]["plugin"])
+    assert not same_bits(results["avx512"]["plugin"], results["avx2"]["plugin"])
