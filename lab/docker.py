@@ -383,15 +383,28 @@ def load_archive(archive: Path, *, host: str | None = None) -> None:
         raise DockerError(f"docker load of {archive} failed")
 
 
-def push(tags: list[str], registry: str, *, log=print) -> list[str]:
+def push(tags: list[str], registry: str, *, host: str | None = None, log=print) -> list[str]:
+    """Tag each image under `registry` (host[:port][/path]) and push it; returns the remote names."""
     pushed = []
     for tag in tags:
         remote = f"{registry.rstrip('/')}/{tag.split('/', 1)[-1]}"
-        _docker("tag", tag, remote)
+        _docker("tag", tag, remote, host=host)
         log(f"[docker] pushing {remote} ...")
-        _docker("push", remote, timeout=3600)
+        try:
+            _docker("push", remote, host=host, timeout=3600)
+        except DockerError as exc:
+            _docker("rmi", remote, host=host, check=False)  # no stray local tag for a failed push
+            raise DockerError(f"could not push to {registry}: {exc}. Check that the registry answers and that "
+                              f"`docker login {registry.split('/')[0]}` was done, or use --archive to carry the "
+                              "images over as a file instead") from exc
         pushed.append(remote)
     return pushed
+
+
+def pull(remote: str, *, host: str | None = None) -> str:
+    """What a GPU host does with a pushed image: docker pull; returns the image id."""
+    _docker("pull", remote, host=host, timeout=3600)
+    return image_id(remote, host=host)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -109,3 +109,45 @@ def infer_on_second_daemon(cpu_images, second_daemon, tmp_path_factory):
     archive = docker.save_archive([cpu_images["infer"]], out, "cpu-infer", log=lambda m: None)
     docker.load_archive(archive, host=second_daemon)
     return second_daemon
+
+
+@pytest.fixture(scope="session")
+def registry(daemon, tmp_path_factory):
+    """A real image registry on 127.0.0.1 (Debian's docker-registry), which Docker trusts over HTTP."""
+    import shutil
+    import socket
+    import subprocess
+    import time
+    import urllib.request
+
+    binary = shutil.which("docker-registry")
+    if binary is None:
+        reason = "docker-registry is not installed (Debian: apt-get install docker-registry; .ci/run does)"
+        if os.environ.get("MYOPS_REQUIRE_DOCKER") == "1":
+            pytest.fail(reason + "; MYOPS_REQUIRE_DOCKER=1 says the registry test must run here")
+        pytest.skip(reason)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    root = tmp_path_factory.mktemp("registry")
+    config = root / "config.yml"
+    config.write_text(f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {root / 'data'}\n"
+                      f"http:\n  addr: 127.0.0.1:{port}\nlog:\n  level: warn\n")
+    log = open(root / "registry.log", "w")
+    proc = subprocess.Popen([binary, "serve", str(config)], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.time() + 30
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/", timeout=2).close()
+                break
+            except OSError:
+                if time.time() > deadline or proc.poll() is not None:
+                    pytest.fail("the registry did not come up: " + (root / "registry.log").read_text()[-2000:])
+                time.sleep(0.5)
+        yield f"127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        log.close()
+        shutil.rmtree(root / "data", ignore_errors=True)

@@ -107,9 +107,41 @@ def test_infer_refuses_a_damaged_artifact(cpu_images):
     assert "does not match the manifest" in result.stderr.decode(errors="replace")
 
 
+def test_registry_moves_infer_to_another_daemon(cpu_images, registry, second_daemon):
+    # `nox -s publish -- cpu --registry R --infer-only` is docker.push; the GPU host pulls. Runs
+    # before the archive test, so the second daemon has no layers yet: the pull transfers them all.
+    import json
+    import urllib.request
+
+    (remote,) = docker.push([cpu_images["infer"]], f"{registry}/lab", log=lambda m: None)
+    name, tag = remote.split("/", 1)[1].rsplit(":", 1)
+    request = urllib.request.Request(f"http://{registry}/v2/{name}/manifests/{tag}", headers={
+        "Accept": "application/vnd.docker.distribution.manifest.v2+json"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        manifest = json.load(response)
+    assert manifest["layers"], manifest
+    assert docker.image_id(remote, host=second_daemon) is None
+    assert docker.pull(remote, host=second_daemon) == docker.image_id(cpu_images["infer"])
+    result = docker.run(remote, "verify", host=second_daemon)
+    assert result.returncode == 0 and b"all models match" in result.stdout, result.stdout + result.stderr
+
+
+def test_push_to_a_registry_that_does_not_answer_says_what_to_do(cpu_images):
+    import socket
+
+    with socket.socket() as probe:  # a port where nothing listens
+        probe.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{probe.getsockname()[1]}"
+    with pytest.raises(docker.DockerError) as info:
+        docker.push([cpu_images["infer"]], dead, log=lambda m: None)
+    message = str(info.value)
+    assert f"could not push to {dead}" in message and "--archive" in message, message
+    assert docker.image_id(f"{dead}/{cpu_images['infer'].split('/', 1)[-1]}") is None
+
+
 def test_archive_moves_infer_to_another_daemon(cpu_images, second_daemon, infer_on_second_daemon):
     # infer_on_second_daemon saved the image to a .tar.gz + .sha256 and loaded it into the second
-    # daemon, which had no images of its own before.
+    # daemon (which holds at most the registry test's pull of the same image).
     assert docker.image_id(cpu_images["infer"], host=second_daemon) == docker.image_id(cpu_images["infer"])
     assert docker.image_id(cpu_images["train"], host=second_daemon) is None
     result = docker.run(cpu_images["infer"], "verify", host=second_daemon)
