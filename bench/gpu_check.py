@@ -920,7 +920,7 @@ def target_status(measured: float, limit: float) -> str:
 def write_results(out: Path, entry: str, rows: list[dict], targets: list[dict]) -> None:
     from lab.files import read_csv, upsert_csv, write_csv_atomic
 
-    from .run import COLUMNS, KEY
+    from .rows import COLUMNS, KEY
     from .targets import TARGET_COLUMNS
 
     entry_dir = out / entry

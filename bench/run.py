@@ -17,20 +17,14 @@ import time
 from pathlib import Path
 
 from lab import matrix, provenance
-from lab.files import upsert_csv, write_csv_atomic, read_csv
+from lab.files import write_csv_atomic
 
+from .rows import COLUMNS, KEY, derive, ort_row_specs, record, write_copy_model  # noqa: F401 (COLUMNS, KEY: imported from here elsewhere)
+from .rows import write as write_rows
 from .workloads import WORKLOADS
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "results"
-COLUMNS = [
-    "entry", "workload", "row", "dtype", "shape", "beta", "opset", "exporter", "ort_opt_level", "ort_graph_nodes",
-    "execution_provider", "threads", "warmup", "runs", "p20_ms", "p50_ms", "p80_ms", "peak_mb", "memory_method",
-    "bytes_moved", "gb_per_s", "fraction_of_copy", "custom_node_share", "torch", "onnx", "onnxruntime", "cuda",
-    "driver", "device", "git_sha", "git_dirty", "image", "timestamp",
-]
-KEY = ["entry", "workload", "row", "dtype", "shape", "beta", "opset", "exporter", "ort_opt_level",
-       "execution_provider", "threads"]
 ROW_TIMEOUT_S = 1800
 
 
@@ -45,26 +39,8 @@ def plan(args, opsets: list[int], models: dict, plugin: str) -> list[dict]:
         torch_rows += ["torch_copy"] if name == "swish" else []
         specs += [dict(common, row=row) for row in torch_rows]
         for opset in opsets:
-            paths = models[(name, opset)]
-            ort_common = dict(common, opset=opset, exporter=args.exporter)
-            specs.append(dict(ort_common, row="ort_composite", ort_opt_level="all", model_path=paths["decomposed"]))
-            specs.append(dict(ort_common, row="ort_composite", ort_opt_level="basic", model_path=paths["decomposed"]))
-            specs.append(dict(ort_common, row="ort_custom", ort_opt_level="all", model_path=paths["custom"], plugin=plugin))
-            if name == "swish":
-                specs.append(dict(ort_common, row="ort_copy", ort_opt_level="all", model_path=paths["copy"]))
+            specs += ort_row_specs(dict(common, opset=opset, exporter=args.exporter), models[(name, opset)], plugin)
     return specs
-
-
-def copy_model(path: Path, opset: int) -> str:
-    """x -> Identity -> y: ORT's copy floor for the activation's tensor."""
-    import onnx
-    from onnx import TensorProto, helper
-
-    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "copy",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 768])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", 768])])
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]), str(path))
-    return str(path)
 
 
 def export_models(args, opsets: list[int], out: Path) -> dict:
@@ -80,7 +56,7 @@ def export_models(args, opsets: list[int], out: Path) -> dict:
                 paths[lowering] = result.path
                 print(f"[bench] exported {name} {lowering} opset {opset}: {result.graph}", flush=True)
             if name == "swish":
-                paths["copy"] = copy_model(out / f"copy-opset{opset}.onnx", opset)
+                paths["copy"] = write_copy_model(out / f"copy-opset{opset}.onnx", opset)
             models[(name, opset)] = paths
     return models
 
@@ -93,17 +69,6 @@ def run_row(spec: dict) -> dict:
         tail = "\n".join(result.stderr.strip().splitlines()[-15:])
         raise RuntimeError(f"row {spec['row']} ({spec['workload']}, opset {spec.get('opset', '-')}) failed:\n{tail}")
     return json.loads(result.stdout.strip().splitlines()[-1])
-
-
-def derive(rows: list[dict]) -> None:
-    """Bandwidth from the least bytes each workload must move; fraction of the copy floor."""
-    copies = {(r["workload"], r["execution_provider"], r["opset"]): r for r in rows if r["row"] in ("torch_copy", "ort_copy")}
-    for r in rows:
-        workload = WORKLOADS[r["workload"]]
-        r["bytes_moved"] = workload.bytes_moved
-        r["gb_per_s"] = round(workload.bytes_moved / (r["p50_ms"] * 1e-3) / 1e9, 3)
-        copy = copies.get((r["workload"], r["execution_provider"], r["opset"]))
-        r["fraction_of_copy"] = round(copy["p50_ms"] / r["p50_ms"], 3) if copy else None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -129,7 +94,8 @@ def main(argv: list[str] | None = None) -> int:
 
     entry = matrix.entry(args.entry)
     if entry["device"] != "cpu":
-        parser.error(f"entry {args.entry} is a CUDA entry; run its GPU benchmark on a GPU host")
+        parser.error(f"entry {args.entry} is a CUDA entry; on a GPU host run `python -m bench.gpu_check` (PyTorch "
+                     "rows) and `docker run --gpus all <its infer image> bench --out /results` (ONNX Runtime rows)")
     os.environ["MYOPS_MATRIX_ENTRY"] = args.entry
     from ops.export import newest_opset
     from ort_plugin.build import build as build_plugin
@@ -156,20 +122,7 @@ def main(argv: list[str] | None = None) -> int:
             started = time.perf_counter()
             measured = run_row(spec)
             print(f"p50 {measured['p50_ms']:.3f} ms, peak {measured['peak_mb']:.1f} MB ({time.perf_counter() - started:.0f} s)", flush=True)
-            rows.append({
-                "entry": args.entry, "workload": spec["workload"], "row": spec["row"], "dtype": "float32",
-                "shape": "x".join(map(str, WORKLOADS[spec["workload"]].shape)), "beta": spec["beta"],
-                "opset": spec.get("opset"), "exporter": spec.get("exporter"), "ort_opt_level": spec.get("ort_opt_level"),
-                "ort_graph_nodes": measured["graph"], "execution_provider": measured["execution_provider"],
-                "threads": spec["threads"], "warmup": spec["warmup"], "runs": spec["runs"],
-                "p20_ms": measured["p20_ms"], "p50_ms": measured["p50_ms"], "p80_ms": measured["p80_ms"],
-                "peak_mb": measured["peak_mb"], "memory_method": measured["memory_method"],
-                "custom_node_share": measured.get("custom_node_share"),
-                "torch": facts["torch"], "onnx": facts["onnx"], "onnxruntime": facts["onnxruntime"],
-                "cuda": facts.get("torch_cuda"), "driver": facts["driver"], "device": facts["gpu"] or facts["cpu"],
-                "git_sha": facts["git_sha"], "git_dirty": facts["git_dirty"], "image": facts["image"] or "",
-                "timestamp": facts["timestamp"],
-            })
+            rows.append(record(args.entry, spec, measured, facts))
         derive(rows)
         target_rows = []
         if not args.no_targets and "swish" in args.workload:
@@ -177,13 +130,11 @@ def main(argv: list[str] | None = None) -> int:
 
             target_rows = measure_targets(args, models, plugin, rows, facts)
 
-    upsert_csv(out_dir / "bench.csv", rows, COLUMNS, KEY)
+    write_rows(args.results, args.entry, rows)
     if target_rows:
         from .targets import TARGET_COLUMNS
 
         write_csv_atomic(out_dir / "targets.csv", target_rows, TARGET_COLUMNS)
-    every = [r for path in sorted(args.results.glob("*/bench.csv")) for r in read_csv(path)]
-    write_csv_atomic(args.results / "bench_all.csv", every, COLUMNS)
     print(f"[bench] wrote {len(rows)} rows to {out_dir / 'bench.csv'} and {args.results / 'bench_all.csv'}", flush=True)
 
     from .report import main as report_main

@@ -243,21 +243,28 @@ def _int_field(number: int, value: int) -> bytes:
     return _key(number, VARINT) + _encode_varint(value)
 
 
-def _tensor_value(name: str, element_type: str, with_shape: bool) -> bytes:
+def _tensor_value(name: str, element_type: str, shape) -> bytes:
+    """A tensor value_info; shape: None (unknown rank), else dims as int (fixed) or str (named dynamic axis)."""
     tensor = _int_field(TENSOR_ELEM_TYPE, ELEMENT_TYPE_CODES[element_type])
-    if with_shape:
-        tensor += _len_field(TENSOR_SHAPE, _len_field(SHAPE_DIM, _len_field(DIM_PARAM, "n")))
+    if shape is not None:
+        dims = b"".join(_len_field(SHAPE_DIM, _int_field(DIM_VALUE, d) if isinstance(d, int) else _len_field(DIM_PARAM, d))
+                        for d in shape)
+        tensor += _len_field(TENSOR_SHAPE, dims)
     return _len_field(VALUE_NAME, name) + _len_field(VALUE_TYPE, _len_field(TYPE_TENSOR, tensor))
 
 
 def one_node_model(domain: str, op_type: str, *, since: int = 1, element_type: str = "float32",
-                   opset: int = 17, ir_version: int = 8) -> bytes:
-    """y = domain::op_type(x) on a 1-D tensor of dynamic length: what doctor runs to prove an op registers."""
+                   opset: int = 17, ir_version: int = 8, shape=("n",)) -> bytes:
+    """y = domain::op_type(x), by default on a 1-D tensor of dynamic length.
+
+    What doctor runs to prove an op registers, and (domain "", Identity) the infer image's copy floor.
+    """
     node = (_len_field(NODE_INPUT, "x") + _len_field(NODE_OUTPUT, "y") + _len_field(NODE_NAME, "probe")
             + _len_field(NODE_OP_TYPE, op_type) + _len_field(NODE_DOMAIN, domain))
     graph = (_len_field(GRAPH_NODE, node) + _len_field(2, "doctor_probe")
-             + _len_field(GRAPH_INPUT, _tensor_value("x", element_type, True))
-             + _len_field(GRAPH_OUTPUT, _tensor_value("y", element_type, True)))
-    opsets = (_len_field(MODEL_OPSET_IMPORT, _len_field(OPSET_DOMAIN, "") + _int_field(OPSET_VERSION, opset))
-              + _len_field(MODEL_OPSET_IMPORT, _len_field(OPSET_DOMAIN, domain) + _int_field(OPSET_VERSION, since)))
+             + _len_field(GRAPH_INPUT, _tensor_value("x", element_type, shape))
+             + _len_field(GRAPH_OUTPUT, _tensor_value("y", element_type, shape)))
+    opsets = _len_field(MODEL_OPSET_IMPORT, _len_field(OPSET_DOMAIN, "") + _int_field(OPSET_VERSION, opset))
+    if domain:
+        opsets += _len_field(MODEL_OPSET_IMPORT, _len_field(OPSET_DOMAIN, domain) + _int_field(OPSET_VERSION, since))
     return _int_field(MODEL_IR_VERSION, ir_version) + opsets + _len_field(MODEL_GRAPH, graph)

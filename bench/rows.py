@@ -1,0 +1,82 @@
+"""The benchmark's row format, shared by `nox -s bench`, bench.gpu_check and the infer image's bench.
+
+Torch-free (the infer image writes these rows too). One row per measurement, long format.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from .workloads import WORKLOADS
+
+COLUMNS = [
+    "entry", "workload", "row", "dtype", "shape", "beta", "opset", "exporter", "ort_opt_level", "ort_graph_nodes",
+    "execution_provider", "threads", "warmup", "runs", "p20_ms", "p50_ms", "p80_ms", "peak_mb", "memory_method",
+    "bytes_moved", "gb_per_s", "fraction_of_copy", "custom_node_share", "torch", "onnx", "onnxruntime", "cuda",
+    "driver", "device", "git_sha", "git_dirty", "image", "timestamp",
+]
+KEY = ["entry", "workload", "row", "dtype", "shape", "beta", "opset", "exporter", "ort_opt_level",
+       "execution_provider", "threads"]
+COPY_ROWS = ("torch_copy", "ort_copy")
+
+
+def ort_row_specs(common: dict, models: dict, plugin: str) -> list[dict]:
+    """The ONNX Runtime rows of one workload and opset: composite at the default level and at BASIC,
+    the plugin's custom op, and (activation alone) the Identity copy floor.
+
+    models: {"decomposed": path, "custom": path, "copy": path (swish only)}.
+    """
+    specs = [dict(common, row="ort_composite", ort_opt_level="all", model_path=models["decomposed"]),
+             dict(common, row="ort_composite", ort_opt_level="basic", model_path=models["decomposed"]),
+             dict(common, row="ort_custom", ort_opt_level="all", model_path=models["custom"], plugin=plugin)]
+    if models.get("copy"):
+        specs.append(dict(common, row="ort_copy", ort_opt_level="all", model_path=models["copy"]))
+    return specs
+
+
+def write_copy_model(path: Path, opset: int) -> str:
+    """x -> Identity -> y on (batch, seq, 768): ORT's copy floor, written without the onnx package."""
+    from ort_plugin.onnx_file import one_node_model
+
+    Path(path).write_bytes(one_node_model("", "Identity", opset=opset, shape=("batch", "seq", WORKLOADS["swish"].hidden)))
+    return str(path)
+
+
+def record(entry: str, spec: dict, measured: dict, facts: dict) -> dict:
+    """One CSV row from a bench.measure spec, what it measured and the provenance facts."""
+    return {
+        "entry": entry, "workload": spec["workload"], "row": spec["row"], "dtype": "float32",
+        "shape": "x".join(map(str, WORKLOADS[spec["workload"]].shape)), "beta": spec["beta"],
+        "opset": spec.get("opset"), "exporter": spec.get("exporter"), "ort_opt_level": spec.get("ort_opt_level"),
+        "ort_graph_nodes": measured["graph"], "execution_provider": measured["execution_provider"],
+        "threads": spec["threads"], "warmup": spec["warmup"], "runs": spec["runs"],
+        "p20_ms": measured["p20_ms"], "p50_ms": measured["p50_ms"], "p80_ms": measured["p80_ms"],
+        "peak_mb": measured["peak_mb"], "memory_method": measured["memory_method"],
+        "custom_node_share": measured.get("custom_node_share"),
+        "torch": facts.get("torch"), "onnx": facts.get("onnx"), "onnxruntime": facts.get("onnxruntime"),
+        "cuda": measured.get("cuda") or facts.get("torch_cuda"), "driver": facts.get("driver"),
+        "device": facts.get("gpu") if measured["execution_provider"] == "CUDAExecutionProvider" else facts.get("cpu"),
+        "git_sha": facts.get("git_sha"), "git_dirty": facts.get("git_dirty"), "image": facts.get("image") or "",
+        "timestamp": facts.get("timestamp"),
+    }
+
+
+def derive(rows: list[dict]) -> None:
+    """Bandwidth from the least bytes each workload must move; fraction of the copy floor's (same framework)."""
+    copies = {(r["workload"], r["execution_provider"], r["opset"]): r for r in rows if r["row"] in COPY_ROWS}
+    for r in rows:
+        workload = WORKLOADS[r["workload"]]
+        r["bytes_moved"] = workload.bytes_moved
+        r["gb_per_s"] = round(workload.bytes_moved / (r["p50_ms"] * 1e-3) / 1e9, 3)
+        copy = copies.get((r["workload"], r["execution_provider"], r["opset"]))
+        r["fraction_of_copy"] = round(copy["p50_ms"] / r["p50_ms"], 3) if copy else None
+
+
+def write(results: Path, entry: str, rows: list[dict]) -> Path:
+    """Upsert into results/<entry>/bench.csv and rewrite the aggregate results/bench_all.csv (atomically)."""
+    from lab.files import read_csv, upsert_csv, write_csv_atomic
+
+    path = Path(results) / entry / "bench.csv"
+    upsert_csv(path, rows, COLUMNS, KEY)
+    every = [r for p in sorted(Path(results).glob("*/bench.csv")) for r in read_csv(p)]
+    write_csv_atomic(Path(results) / "bench_all.csv", every, COLUMNS)
+    return path
