@@ -3,7 +3,10 @@
     python -m bench.measure '{"row": "ort_custom", "workload": "swish", ...}'
 
 A fresh process per row keeps peak-memory figures from leaking between rows. ORT rows never
-import torch: they measure what the inference side really is.
+import torch: they measure what the inference side really is. With "execution_provider":
+"CUDAExecutionProvider" an ORT row keeps x and y on the GPU (io binding), is timed on the host
+between two stream synchronisations (no torch for CUDA events; what an ORT caller waits for) and
+takes its memory from NVML (bench.nvml).
 """
 from __future__ import annotations
 
@@ -71,6 +74,41 @@ def _torch_callable(spec: dict, x_np):
     return call, graph
 
 
+CUDA_EP = "CUDAExecutionProvider"
+
+
+class RowError(RuntimeError):
+    """A row that cannot be measured here; the message says what to do."""
+
+
+def _ort_providers(spec: dict, ort) -> list:
+    provider = spec.get("execution_provider", "CPUExecutionProvider")
+    if provider == "CPUExecutionProvider":
+        return [provider]
+    if provider != CUDA_EP:
+        raise RowError(f"execution provider {provider!r} is not benchmarked (CPUExecutionProvider, {CUDA_EP})")
+    if CUDA_EP not in ort.get_available_providers():
+        raise RowError(f"onnxruntime {ort.__version__} here has no {CUDA_EP} (it has {ort.get_available_providers()}): "
+                       "install onnxruntime-gpu for this CUDA major, or run the CUDA entry's infer image with --gpus all")
+    # kSameAsRequested: the arena grows by what is asked, so its growth is the row's memory (the
+    # default rounds every extension up to a power of two).
+    return [(CUDA_EP, {"device_id": 0, "arena_extend_strategy": "kSameAsRequested"})]
+
+
+def _check_plugin_serves(spec: dict) -> None:
+    """The custom row on a GPU must run the plugin's CUDA kernel, not fall back to its CPU one."""
+    from ort_plugin.diagnose import diagnose_model, failures
+    from ort_plugin.library_info import read_library
+    from ort_plugin.onnx_file import read_model
+
+    problems = failures(diagnose_model(read_model(spec["model_path"]), read_library(spec["plugin"]),
+                                       providers=[spec["execution_provider"]]))
+    if problems:
+        raise RowError(f"{spec['plugin']} cannot serve {spec['model_path']} on {spec['execution_provider']}: "
+                       + "; ".join(map(str, problems)) + ". Use the plugin built for the CUDA entry "
+                       "(its infer image, or `python -m ort_plugin.build --cuda ON`)")
+
+
 def _ort_callable(spec: dict, x_np, work: Path):
     import onnxruntime as ort
 
@@ -85,23 +123,51 @@ def _ort_callable(spec: dict, x_np, work: Path):
     if spec.get("profile_prefix"):
         options.enable_profiling = True
         options.profile_file_prefix = spec["profile_prefix"]
+    providers = _ort_providers(spec, ort)
+    on_gpu = spec.get("execution_provider") == CUDA_EP
+    if on_gpu:
+        # Every node on the GPU or no session: a silent CPU fallback would be measured as the GPU row.
+        options.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
     if spec["row"] == "ort_custom":
         from ort_plugin import register
 
+        if on_gpu:
+            _check_plugin_serves(spec)
         register(options, spec["plugin"])
-    session = ort.InferenceSession(spec["model_path"], options, providers=["CPUExecutionProvider"])
-    feed = {session.get_inputs()[0].name: x_np}
-    return (lambda: session.run(None, feed)), _graph_nodes(work / "optimized.onnx"), session
+    try:
+        session = ort.InferenceSession(spec["model_path"], options, providers=providers)
+    except Exception as exc:  # onnxruntime's own exception types
+        raise RowError(f"onnxruntime could not create a session for {spec['model_path']} on "
+                       f"{[p if isinstance(p, str) else p[0] for p in providers]}: {exc}") from exc
+    if not (on_gpu or spec.get("io_binding")):
+        feed = {session.get_inputs()[0].name: x_np}
+        return (lambda: session.run(None, feed)), _graph_nodes(work / "optimized.onnx"), session
+    device = "cuda" if on_gpu else "cpu"
+    binding = session.io_binding()
+    binding.bind_ortvalue_input(session.get_inputs()[0].name, ort.OrtValue.ortvalue_from_numpy(x_np, device, 0))
+    binding.bind_output(session.get_outputs()[0].name, device, 0)
+
+    def call():  # timed on the host between two synchronisations: torch-free, and what an ORT caller waits
+        binding.synchronize_inputs()
+        session.run_with_iobinding(binding)
+        binding.synchronize_outputs()
+        return binding
+
+    return call, _graph_nodes(work / "optimized.onnx"), session
 
 
 def _graph_nodes(path: Path) -> str:
     """The node types of the graph ORT actually ran (after its optimizer), e.g. 'com.microsoft::QuickGelu'."""
     try:
         import onnx
-    except ImportError:
-        return "unknown (onnx not installed)"
-    model = onnx.load(str(path), load_external_data=False)
-    names = [f"{n.domain}::{n.op_type}" if n.domain else n.op_type for n in model.graph.node]
+    except ImportError:  # the infer image: read the file with the plugin side's own reader
+        from ort_plugin.onnx_file import read_model
+
+        names = [f"{n.domain}::{n.op_type}" if n.domain else n.op_type
+                 for n in read_model(path).nodes if n.where == "graph"]
+    else:
+        model = onnx.load(str(path), load_external_data=False)
+        names = [f"{n.domain}::{n.op_type}" if n.domain else n.op_type for n in model.graph.node]
     return "+".join(sorted(set(names), key=names.index))
 
 
@@ -161,6 +227,28 @@ TORCH_MEMORY_METHOD = ("peak RSS above baseline (VmHWM reset) in a separate proc
                        "tensors mmapped: live bytes only")
 
 
+ORT_CUDA_MEMORY_METHOD = ("NVML device memory used after the timed runs minus before the first run (ORT's CUDA "
+                          "arena, kSameAsRequested, only grows; the whole device is counted)")
+
+
+def _gpu_memory_probe():
+    """(read used bytes, method) for an ORT row on the GPU; None reader when NVML is not there."""
+    from .nvml import DeviceMemory, NvmlUnavailable
+
+    try:
+        return DeviceMemory(0).used_bytes, ORT_CUDA_MEMORY_METHOD
+    except NvmlUnavailable as exc:
+        return None, f"unavailable: {exc}"
+
+
+def _ort_cuda_version() -> str | None:
+    try:
+        from onnxruntime.capi import build_and_package_info
+    except ImportError:
+        return None
+    return getattr(build_and_package_info, "cuda_version", None)
+
+
 def measure(spec: dict) -> dict:
     if spec.get("memory_probe"):
         _mmap_large_blocks()
@@ -173,13 +261,18 @@ def measure(spec: dict) -> dict:
             provider = "torch-cpu"
         else:
             call, graph, session = _ort_callable(spec, x_np, Path(tmp))
-            provider = "CPUExecutionProvider"
+            provider = spec.get("execution_provider", "CPUExecutionProvider")
+        on_gpu = provider == CUDA_EP
         if spec.get("memory_probe"):
             # One untimed call first: PyTorch's one-time start-up (OpenMP threads, allocator pools) is
             # not the row's memory. ORT rows keep it in: their arena holds the blocks, which is their cost.
             call()
-        baseline_kib = _status_kib("VmRSS")
-        memory_method = reset_peak()
+        if on_gpu:
+            read_used, memory_method = _gpu_memory_probe()
+            baseline = read_used() if read_used else 0
+        else:
+            baseline = _status_kib("VmRSS") * 1024
+            memory_method = reset_peak()
         for _ in range(spec["warmup"]):
             call()
         times = []
@@ -187,8 +280,10 @@ def measure(spec: dict) -> dict:
             start = time.perf_counter()
             call()
             times.append(time.perf_counter() - start)
-        peak_kib = _status_kib("VmHWM")
-        peak_mb = round(max(peak_kib - baseline_kib, 0) / 1024, 2)
+        if on_gpu:
+            peak_mb = round(max(read_used() - baseline, 0) / 2**20, 2) if read_used else None
+        else:
+            peak_mb = round(max(_status_kib("VmHWM") * 1024 - baseline, 0) / 2**20, 2)
         if session is None and not spec.get("memory_probe"):
             peak_mb, memory_method = torch_peak_mb(spec), TORCH_MEMORY_METHOD
         result = {
@@ -198,6 +293,8 @@ def measure(spec: dict) -> dict:
             "graph": graph,
             "execution_provider": provider,
         }
+        if on_gpu:
+            result["cuda"] = _ort_cuda_version()
         if session is not None and spec.get("profile_prefix"):
             trace = session.end_profiling()
             result["trace"] = trace
@@ -241,7 +338,11 @@ def measure_cuda(call, warmup: int, runs: int) -> dict:
 def main(argv: list[str]) -> int:
     spec = json.loads(argv[0])
     os.environ.setdefault("OMP_NUM_THREADS", str(spec["threads"]))
-    result = measure(spec)
+    try:
+        result = measure(spec)
+    except RowError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     print(json.dumps(result))
     return 0
 

@@ -64,6 +64,10 @@ def _f(value) -> float | None:
     return float(value) if value not in (None, "", "None") else None
 
 
+def _mb(value) -> str:
+    return f"{_f(value):.1f}" if _f(value) is not None else "n/a"
+
+
 def summary_table(rows: list[dict], workload: str, value: str, key: str = "opset") -> list[str]:
     rows = [r for r in rows if r["workload"] == workload]
     base = _pick(rows, "torch_composite", "", key, value)
@@ -78,7 +82,7 @@ def summary_table(rows: list[dict], workload: str, value: str, key: str = "opset
         ratio = f"{p50 / float(base_row['p50_ms']):.2f}x" if base_row else "-"
         copy = f"{float(r['fraction_of_copy']):.2f}" if _f(r["fraction_of_copy"]) else "-"
         graph = r["ort_graph_nodes"] if row.startswith("ort_") else "-"
-        lines.append(f"| {label} | {p50:.3f} ({float(r['p20_ms']):.3f}-{float(r['p80_ms']):.3f}) | {float(r['peak_mb']):.1f} "
+        lines.append(f"| {label} | {p50:.3f} ({float(r['p20_ms']):.3f}-{float(r['p80_ms']):.3f}) | {_mb(r['peak_mb'])} "
                      f"| {ratio} | {_f(r['gb_per_s']) or 0:.1f} | {copy} | {graph} |")
     return lines
 
@@ -95,6 +99,8 @@ def chart(rows: list[dict], entry: str, metric: str, path: Path) -> None:
 
     shown = workloads(rows)
     key, values_of_key = series(rows)
+    if key == "opset":  # ORT rows are float32; a GPU entry's float16/bfloat16 torch rows have no ORT counterpart
+        rows = [r for r in rows if r["dtype"] in ("float32", "")]
     present = {r["row"] for r in rows}
     layout = [(label, row, level) for label, row, level in ALL_ROWS if row in present]
     fig, axes = plt.subplots(1, len(shown), figsize=(7 * len(shown), 4.8), squeeze=False)
@@ -105,7 +111,7 @@ def chart(rows: list[dict], entry: str, metric: str, path: Path) -> None:
             values = []
             for _, row, level in layout:
                 r = _pick([x for x in rows if x["workload"] == workload], row, level, key, value)
-                values.append(float(r[metric]) if r else 0.0)
+                values.append((_f(r[metric]) or 0.0) if r else 0.0)
             ax.barh([y + i * width for y in range(len(labels))], values, height=width,
                     label=f"opset {value}" if key == "opset" else value)
         ax.set_yticks([y + width * (len(values_of_key) - 1) / 2 for y in range(len(labels))], labels, fontsize=8)
@@ -155,8 +161,9 @@ def summary(entry_dir: Path, rows: list[dict], targets: list[dict]) -> str:
     entry = entry_dir.name
     first = rows[0]
     key, values_of_key = series(rows)
-    if first["execution_provider"] == "torch-cuda":
-        return _gpu_summary(entry, rows, targets, values_of_key)
+    if any(r["execution_provider"] == "torch-cuda" for r in rows):  # gpu_check's rows, maybe with the infer image's
+        found = {r["dtype"] for r in rows}
+        return _gpu_summary(entry, rows, targets, [d for d in DTYPES if d in found] + sorted(found - set(DTYPES)))
     lines = [f"# Benchmark summary: entry `{entry}`", "",
              f"Device: {first['device']}; torch {first['torch']}, onnx {first['onnx']}, onnxruntime {first['onnxruntime']}; "
              f"{first['threads']} threads; git {first['git_sha'][:12]}{' (dirty)' if first['git_dirty'] == 'True' else ''}; "
@@ -202,7 +209,8 @@ def _targets_table(targets: list[dict]) -> list[str]:
 
 
 def _gpu_summary(entry: str, rows: list[dict], targets: list[dict], dtypes: list[str]) -> str:
-    first = rows[0]
+    ort_rows = [r for r in rows if r["execution_provider"] == "CUDAExecutionProvider"]
+    first = next(r for r in rows if r["execution_provider"] == "torch-cuda")
     lines = [f"# Benchmark summary: entry `{entry}` (GPU, PyTorch rows)", "",
              f"Device: {first['device']}, driver {first['driver']}; torch {first['torch']} (CUDA {first['cuda']}); "
              f"git {first['git_sha'][:12]}{' (dirty)' if first['git_dirty'] == 'True' else ''}; measured {first['timestamp']} "
@@ -211,6 +219,10 @@ def _gpu_summary(entry: str, rows: list[dict], targets: list[dict], dtypes: list
              f"synchronisation. Memory: {first['memory_method']}. GB/s: the least bytes a row must move (forward: read "
              "x, write y; backward: read grad and x, write dx) over p50; 'of copy floor' is the row's GB/s over the "
              "copy's. Backward rows compare with the composite's autograd.", "",
+             *([f"ONNX Runtime rows (the infer image's `bench` on this host, onnxruntime {ort_rows[0]['onnxruntime']}, "
+                f"opset {ort_rows[0]['opset']}, CUDA EP with io binding): timed on the host between two stream "
+                f"synchronisations; memory: {ort_rows[0]['memory_method']}; 'of copy floor' against ORT's Identity.", ""]
+               if ort_rows else []),
              "![latency](latency.png)", "", "![memory](memory.png)", ""]
     for workload in workloads(rows):
         wrows = [r for r in rows if r["workload"] == workload]

@@ -45,8 +45,8 @@ USER lab
 # Labels last and in one instruction: the revision changes with every commit, and under vfs each
 # instruction is a copy of the whole image. (ARG here, not earlier: an ARG in scope of a RUN is part
 # of that RUN's cache key.)
-ARG ENTRY REVISION=unknown VERSION CREATED
-ENV MYOPS_GIT_SHA=${REVISION}
+ARG ENTRY REVISION=unknown VERSION CREATED IMAGE
+ENV MYOPS_GIT_SHA=${REVISION} MYOPS_IMAGE=${IMAGE}
 LABEL org.opencontainers.image.title="myops-lab infer (${ENTRY})" org.opencontainers.image.source=myops-lab \
       org.opencontainers.image.revision=${REVISION} org.opencontainers.image.version=${VERSION} \
       org.opencontainers.image.created=${CREATED} lab.matrix.entry=${ENTRY}

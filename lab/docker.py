@@ -200,7 +200,8 @@ def wheelhouse(entry: dict, *, log=print) -> dict:
 SOURCES = ["kernels", "ops", "ort_plugin", "lab", "bench", "tests", "matrix.yaml", "requirements"]
 RUNNER_FILES = ["ort_plugin/__init__.py", "ort_plugin/loader.py", "ort_plugin/runner.py", "ort_plugin/doctor.py",
                 "ort_plugin/diagnose.py", "ort_plugin/library_info.py", "ort_plugin/onnx_file.py", "lab/__init__.py",
-                "lab/provenance.py", "bench/__init__.py", "bench/measure.py", "bench/workloads.py"]
+                "lab/provenance.py", "lab/files.py", "bench/__init__.py", "bench/measure.py", "bench/workloads.py",
+                "bench/rows.py", "bench/nvml.py"]
 
 
 def _link_or_copy(source: Path, target: Path) -> None:
@@ -308,7 +309,7 @@ def build_images(entry_id: str, *, base_overrides: dict | None = None, log=print
     versions = {"train": f"torch{entry['torch']['version']}-ort{entry['onnxruntime']['version']}",
                 "infer": f"ort{entry['onnxruntime']['version']}-headers{headers_version}"}
     for kind in ("train", "infer"):
-        args = dict(common, TRAIN_IMAGE=tags["train"]) if kind == "infer" else dict(common)
+        args = dict(common, TRAIN_IMAGE=tags["train"], IMAGE=tags["infer"]) if kind == "infer" else dict(common)
         # The OCI labels are set by one LABEL at the end of each Dockerfile from these args: every
         # `--label` would be an instruction of its own, i.e. one more copy of the image under vfs.
         args.update(VERSION=versions[kind], CREATED=_created())

@@ -3,7 +3,8 @@
     verify  load the plugin, run every model of an artifacts dir on its stored inputs, compare
             with the stored PyTorch outputs (rtol 1e-4, atol 1e-5); exit 1 on any mismatch
     dump    run every model and write the outputs (npz) plus provenance (json), for layer 3
-    bench   the ONNX Runtime rows of the benchmark on this host (fresh process per row)
+    bench   the ONNX Runtime rows of the benchmark on this host (fresh process per row), on the CUDA EP
+            when there is one (--providers to choose); --out DIR writes them in the results/ CSV format
     doctor  onnxruntime, the plugin, the GPU and given ONNX files at a glance (ort_plugin/doctor.py)
 
 Artifacts come from `python -m ops.artifacts`; every file is checked against manifest.json's
@@ -26,6 +27,7 @@ from .loader import PluginError, default_library, make_session
 from .onnx_file import ModelFileError
 
 RTOL, ATOL = 1e-4, 1e-5
+APP_ROOT = Path(__file__).resolve().parent.parent  # where bench.measure imports from
 DEFAULT_ARTIFACTS = Path(os.environ.get("MYOPS_ARTIFACTS", Path(__file__).resolve().parent.parent / "build" / "artifacts"))
 
 
@@ -57,7 +59,9 @@ def providers(requested: str | None) -> list[str]:
         wanted = requested.split(",")
         missing = [p for p in wanted if p not in available]
         if missing:
-            raise PluginError(f"execution provider(s) {missing} not available in this onnxruntime ({available})")
+            hint = (": for CUDAExecutionProvider run the CUDA entry's infer image with `docker run --gpus all`, or "
+                    "install onnxruntime-gpu for the host's CUDA major" if "CUDAExecutionProvider" in missing else "")
+            raise PluginError(f"execution provider(s) {missing} not available in this onnxruntime ({available}){hint}")
         return wanted
     return [p for p in ("CUDAExecutionProvider", "CPUExecutionProvider") if p in available]
 
@@ -124,24 +128,66 @@ def dump(args) -> int:
 
 
 def bench(args) -> int:
+    """The ONNX Runtime rows on this host, each in a fresh process; rows in the benchmark's CSV format."""
     import subprocess
+    import tempfile
+    import time
+
+    from bench.rows import derive, ort_row_specs, record, write, write_copy_model
 
     manifest = load_manifest(args.artifacts)
     library = str(args.plugin or default_library())
-    newest = max(m["opset"] for m in manifest["models"] if m["model"] == "swish")
-    rows = []
-    for lowering, row, level in (("decomposed", "ort_composite", "all"), ("decomposed", "ort_composite", "basic"),
-                                 ("custom", "ort_custom", "all")):
-        item = next(m for m in manifest["models"] if m["model"] == "swish" and m["lowering"] == lowering and m["opset"] == newest)
-        spec = dict(row=row, workload="swish", beta=item["beta"], threads=args.threads, warmup=args.warmup, runs=args.runs,
-                    opset=newest, ort_opt_level=level, model_path=str(Path(args.artifacts) / item["file"]), plugin=library)
-        result = subprocess.run([sys.executable, "-m", "bench.measure", json.dumps(spec)], capture_output=True, text=True)
-        if result.returncode != 0:
-            print(result.stderr[-2000:], file=sys.stderr)
-            return 1
-        measured = json.loads(result.stdout.strip().splitlines()[-1])
-        rows.append((row, level, measured))
-        print(f"  {row:14} {level:5} p50 {measured['p50_ms']:8.3f} ms  peak {measured['peak_mb']:7.1f} MB  graph {measured['graph']}")
+    provider = providers(args.providers)[0]
+    models = [m for m in manifest["models"] if m["model"] in args.workload]
+    exporter = args.exporter or sorted({m["exporter"] for m in models})[0]
+    opset = args.opset or max(m["opset"] for m in models if m["exporter"] == exporter)
+    entry = os.environ.get("MYOPS_MATRIX_ENTRY", "cpu")
+    facts = host_facts([provider])
+    print(f"bench: onnxruntime {facts['onnxruntime']} on {provider} ({facts['gpu'] or facts['cpu']}), plugin {library}, "
+          f"{exporter} opset {opset}, {args.threads} threads")
+    specs = []
+    with tempfile.TemporaryDirectory(prefix="bench-copy-") as tmp:
+        for workload in args.workload:
+            paths = {}
+            for lowering in ("decomposed", "custom"):
+                item = next((m for m in models if (m["model"], m["lowering"], m["exporter"], m["opset"])
+                             == (workload, lowering, exporter, opset)), None)
+                if item is None:
+                    raise ArtifactError(f"no {workload} {lowering} model for {exporter} opset {opset} in {args.artifacts}; "
+                                        f"it has opsets {sorted({m['opset'] for m in models})}")
+                paths[lowering], beta = str(Path(args.artifacts) / item["file"]), item["beta"]
+            if workload == "swish":
+                paths["copy"] = write_copy_model(Path(tmp) / f"copy-opset{opset}.onnx", opset)
+            runs = dict(warmup=args.warmup, runs=args.runs) if workload == "swish" else dict(warmup=args.ffn_warmup,
+                                                                                            runs=args.ffn_runs)
+            common = dict(workload=workload, beta=beta, threads=args.threads, opset=opset, exporter=exporter,
+                          execution_provider=provider, **runs)
+            specs += ort_row_specs(common, paths, library)
+        rows = []
+        for number, spec in enumerate(specs, 1):
+            label = f"{spec['workload']:5} {spec['row']:13} {spec['ort_opt_level']:5}"
+            print(f"[bench {number}/{len(specs)}] {label} ...", end=" ", flush=True)
+            started = time.perf_counter()
+            result = subprocess.run([sys.executable, "-m", "bench.measure", json.dumps(spec)], capture_output=True,
+                                    text=True, cwd=APP_ROOT)
+            if result.returncode != 0:
+                print("failed", flush=True)
+                tail = "\n".join(result.stderr.strip().splitlines()[-12:])
+                print(f"error: row {spec['row']} ({spec['workload']}, {spec['ort_opt_level']}) failed; nothing was "
+                      f"written:\n{tail}", file=sys.stderr)
+                return 1
+            measured = json.loads(result.stdout.strip().splitlines()[-1])
+            peak = "n/a" if measured["peak_mb"] is None else f"{measured['peak_mb']:.1f} MB"
+            print(f"p50 {measured['p50_ms']:.3f} ms, peak {peak}, graph {measured['graph']} "
+                  f"({time.perf_counter() - started:.0f} s)", flush=True)
+            rows.append(record(entry, spec, measured, facts))
+    derive(rows)
+    for r in rows:
+        copy = "-" if r["fraction_of_copy"] is None else f"{r['fraction_of_copy']:.2f}"
+        print(f"  {r['workload']:5} {r['row']:13} {r['ort_opt_level']:5} p50 {r['p50_ms']:8.3f} ms  "
+              f"{r['gb_per_s']:7.1f} GB/s  of copy floor {copy}")
+    if args.out:
+        print(f"bench: wrote {len(rows)} rows to {write(args.out, entry, rows)} and {Path(args.out) / 'bench_all.csv'}")
     return 0
 
 
@@ -156,9 +202,16 @@ def main(argv: list[str] | None = None) -> int:
         if name == "dump":
             p.add_argument("--out", type=Path, required=True, help="directory for outputs.npz and provenance.json")
         if name == "bench":
-            p.add_argument("--threads", type=int, default=os.cpu_count())
+            p.add_argument("--workload", nargs="+", choices=["swish", "ffn"], default=["swish", "ffn"])
+            p.add_argument("--threads", type=int, default=os.cpu_count(), help="ORT intra-op threads")
             p.add_argument("--warmup", type=int, default=10)
             p.add_argument("--runs", type=int, default=100)
+            p.add_argument("--ffn-warmup", type=int, default=2)
+            p.add_argument("--ffn-runs", type=int, default=10, help="the FFN is ~0.4 s a run on 2 CPU cores")
+            p.add_argument("--exporter", help="which exported models (default: the first in the manifest)")
+            p.add_argument("--opset", type=int, help="default: the newest in the artifacts")
+            p.add_argument("--out", type=Path, help="write rows to OUT/<entry>/bench.csv and OUT/bench_all.csv "
+                                                    "(the results/ layout; entry from $MYOPS_MATRIX_ENTRY)")
     from . import doctor
 
     doctor.add_arguments(sub.add_parser("doctor", help=doctor.__doc__.splitlines()[0]))

@@ -6,6 +6,7 @@ turns that skip into a failure, so CI cannot pass without running them.
 """
 from __future__ import annotations
 
+import csv
 import subprocess
 import time
 
@@ -79,6 +80,22 @@ def test_infer_doctor_is_green_without_torch(cpu_images):
     for expected in ("doctor: all green", "plugin: /opt/myops/lib/libmyops_ort.so", "exported symbols: RegisterCustomOps",
                      "myops::Swish (1 node): registered by the plugin", "dynamic axes 0 (batch), 1 (seq)"):
         assert expected in out, out
+
+
+def test_infer_bench_writes_ort_rows_with_the_images_provenance(cpu_images):
+    """What a GPU host runs with --gpus all; here on the CPU EP (the cpu entry's onnxruntime)."""
+    script = ("python -m ort_plugin.runner bench --workload swish --warmup 1 --runs 5 --out /tmp/r "
+              "&& echo ===CSV=== && cat /tmp/r/cpu/bench.csv")
+    result = docker.run(cpu_images["infer"], "-c", script, entrypoint="sh")
+    out = result.stdout.decode(errors="replace")
+    assert result.returncode == 0, out + result.stderr.decode(errors="replace")
+    assert "[bench 4/4]" in out and "CPUExecutionProvider" in out
+    rows = list(csv.DictReader(out.split("===CSV===\n", 1)[1].splitlines()))
+    assert sorted((r["row"], r["ort_opt_level"]) for r in rows) == [
+        ("ort_composite", "all"), ("ort_composite", "basic"), ("ort_copy", "all"), ("ort_custom", "all")]
+    for r in rows:
+        assert r["image"] == cpu_images["infer"] and r["git_sha"] == docker.revision() and r["torch"] == ""
+        assert float(r["p50_ms"]) > 0 and r["ort_graph_nodes"]
 
 
 def test_infer_has_no_torch(cpu_images):

@@ -60,3 +60,31 @@ def test_report_lays_out_torch_only_gpu_rows_per_dtype(tmp_path):
     assert "| PyTorch custom C++ extension, backward | 1.500 " in text and "| 0.25x |" in text  # vs its autograd
     assert "CUDA events" in text
     assert (tmp_path / "cuda13.0" / "latency.png").stat().st_size > 0
+
+
+def test_report_puts_the_infer_images_gpu_rows_beside_gpu_check_rows(tmp_path):
+    """On a GPU host: gpu_check's torch rows (per dtype) plus the infer image's ORT rows (CUDA EP, one opset)."""
+    from bench.report import main as report
+    from bench.rows import COLUMNS
+    from lab.files import write_csv_atomic
+
+    common = {"entry": "cuda13.0", "workload": "swish", "shape": "8x512x768", "beta": "1.0", "warmup": 10, "runs": 100,
+              "driver": "580", "device": "GPU", "git_sha": "0" * 40, "git_dirty": "False", "timestamp": "t",
+              "p20_ms": 0.01, "p80_ms": 0.03, "gb_per_s": 1000.0}
+    torch_rows = [{**common, "row": row, "dtype": dtype, "execution_provider": "torch-cuda", "p50_ms": ms,
+                   "peak_mb": 12.0, "memory_method": "max_memory_allocated", "torch": "2.14.1", "cuda": "13.0"}
+                  for dtype in ("float32", "float16") for row, ms in (("torch_composite", 0.06), ("torch_extension", 0.02),
+                                                                        ("torch_copy", 0.02))]
+    ort_rows = [{**common, "row": row, "ort_opt_level": level, "dtype": "float32", "opset": 25, "exporter": "dynamo",
+                 "execution_provider": "CUDAExecutionProvider", "ort_graph_nodes": graph, "p50_ms": ms, "peak_mb": None,
+                 "memory_method": "unavailable: no NVML", "onnxruntime": "1.21.0", "fraction_of_copy": 0.8}
+                for row, level, graph, ms in (("ort_composite", "all", "com.microsoft::QuickGelu", 0.05),
+                                              ("ort_custom", "all", "myops::Swish", 0.03), ("ort_copy", "all", "Identity", 0.025))]
+    write_csv_atomic(tmp_path / "cuda13.0" / "bench.csv", ort_rows + torch_rows, COLUMNS)
+    assert report(["--results", str(tmp_path)]) == 0
+    text = (tmp_path / "cuda13.0" / "summary.md").read_text()
+    float32, float16 = text.split(", float32, beta")[1].split(", float16, beta")
+    assert "| ONNX Runtime, custom op | 0.030 " in float32 and "| n/a |" in float32 and "myops::Swish" in float32
+    assert "ONNX Runtime" not in float16  # the ORT rows are float32 only
+    assert "onnxruntime 1.21.0, opset 25, CUDA EP" in text and "unavailable: no NVML" in text
+    assert (tmp_path / "cuda13.0" / "memory.png").stat().st_size > 0

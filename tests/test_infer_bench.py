@@ -1,0 +1,152 @@
+"""The infer side's benchmark: `python -m ort_plugin.runner bench` (what the infer image runs on a GPU host).
+
+Run here on the CPU EP with torch and onnx made unimportable, as in the image. The CUDA EP path
+cannot run without a GPU; what it refuses, and its io-binding code on the CPU device, are tested.
+"""
+from __future__ import annotations
+
+import csv
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def artifacts(ext, tmp_path_factory):
+    from ops.artifacts import write
+
+    out = tmp_path_factory.mktemp("infer-bench") / "artifacts"
+    write(out, exporters=["dynamo"], opsets=lambda exporter: [18], log=lambda m: None)
+    return out
+
+
+@pytest.fixture(scope="module")
+def no_torch_no_onnx(tmp_path_factory) -> Path:
+    """A PYTHONPATH entry whose torch and onnx raise on import, like the infer image (which has neither)."""
+    shims = tmp_path_factory.mktemp("shims")
+    for name in ("torch", "onnx"):
+        (shims / f"{name}.py").write_text(f"raise ImportError('{name} is not on the inference side')\n")
+    return shims
+
+
+def runner(*args, shims: Path, env=None):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(shims), str(REPO)]), MYOPS_MATRIX_ENTRY="cpu", **(env or {}))
+    return subprocess.run([sys.executable, "-m", "ort_plugin.runner", *args], capture_output=True, text=True, env=env,
+                          cwd=REPO, timeout=600)
+
+
+def test_writes_the_ort_rows_in_the_results_format(artifacts, plugin_path, no_torch_no_onnx, tmp_path):
+    from bench.rows import COLUMNS
+
+    out = tmp_path / "results"
+    result = runner("bench", "--artifacts", str(artifacts), "--plugin", str(plugin_path), "--workload", "swish",
+                    "--warmup", "1", "--runs", "5", "--providers", "CPUExecutionProvider", "--out", str(out),
+                    shims=no_torch_no_onnx, env={"MYOPS_IMAGE": "myops-lab/infer:test"})
+    assert result.returncode == 0, result.stderr
+    assert "[bench 4/4]" in result.stdout  # progress per row
+    with open(out / "cpu" / "bench.csv", newline="") as handle:
+        reader = csv.DictReader(handle)
+        assert reader.fieldnames == COLUMNS
+        rows = {(r["row"], r["ort_opt_level"]): r for r in reader}
+    assert set(rows) == {("ort_composite", "all"), ("ort_composite", "basic"), ("ort_custom", "all"), ("ort_copy", "all")}
+    # What ORT ran, read from its optimized model without the onnx package.
+    assert rows[("ort_composite", "all")]["ort_graph_nodes"] == "com.microsoft::QuickGelu"
+    assert rows[("ort_composite", "basic")]["ort_graph_nodes"] == "Mul+Sigmoid"
+    assert rows[("ort_custom", "all")]["ort_graph_nodes"] == "myops::Swish"
+    assert rows[("ort_copy", "all")]["ort_graph_nodes"] == "Identity"
+    import onnxruntime
+
+    for r in rows.values():
+        assert r["execution_provider"] == "CPUExecutionProvider" and r["opset"] == "18" and r["beta"] == "1.702"
+        assert float(r["p20_ms"]) <= float(r["p50_ms"]) <= float(r["p80_ms"]) and float(r["peak_mb"]) > 0
+        assert r["onnxruntime"] == onnxruntime.__version__ and r["torch"] == "" and r["image"] == "myops-lab/infer:test"
+        assert len(r["git_sha"]) == 40 and r["bytes_moved"] == str(2 * 8 * 512 * 768 * 4)
+    assert rows[("ort_copy", "all")]["fraction_of_copy"] == "1.0"
+    p50 = {k: float(r["p50_ms"]) for k, r in rows.items()}
+    assert float(rows[("ort_custom", "all")]["fraction_of_copy"]) == pytest.approx(p50[("ort_copy", "all")] / p50[("ort_custom", "all")], rel=2e-3)
+    assert (out / "bench_all.csv").is_file()
+
+
+def test_a_failing_row_writes_nothing(artifacts, no_torch_no_onnx, tmp_path):
+    out = tmp_path / "results"
+    result = runner("bench", "--artifacts", str(artifacts), "--plugin", "/nonexistent/libmyops_ort.so", "--workload",
+                    "swish", "--runs", "2", "--providers", "CPUExecutionProvider", "--out", str(out),
+                    shims=no_torch_no_onnx)
+    assert result.returncode == 1
+    assert "nothing was written" in result.stderr and "/nonexistent/libmyops_ort.so" in result.stderr
+    assert not out.exists()
+
+
+def test_cuda_rows_without_a_cuda_onnxruntime_say_what_to_do(artifacts, plugin_path, no_torch_no_onnx, tmp_path):
+    import onnxruntime as ort
+
+    if "CUDAExecutionProvider" in ort.get_available_providers():
+        pytest.skip("this onnxruntime has the CUDA EP")
+    result = runner("bench", "--artifacts", str(artifacts), "--plugin", str(plugin_path), "--providers",
+                    "CUDAExecutionProvider", "--out", str(tmp_path / "r"), shims=no_torch_no_onnx)
+    assert result.returncode == 2 and "--gpus all" in result.stderr and "onnxruntime-gpu" in result.stderr
+    assert not (tmp_path / "r").exists()
+    # bench.measure itself refuses the same way (the row processes of `nox -s bench`).
+    from bench.measure import RowError, _ort_providers
+
+    with pytest.raises(RowError, match="no CUDAExecutionProvider.*--gpus all"):
+        _ort_providers({"execution_provider": "CUDAExecutionProvider"}, ort)
+    with pytest.raises(RowError, match="not benchmarked"):
+        _ort_providers({"execution_provider": "TensorrtExecutionProvider"}, ort)
+
+
+def test_gpu_custom_row_refuses_a_plugin_without_cuda_kernels(artifacts):
+    """Else ORT would quietly run the plugin's CPU kernel and the row would be labelled a GPU row."""
+    from bench.measure import RowError, _check_plugin_serves
+    from ort_plugin.build import build
+
+    cpu_only = build(cuda="OFF", log=lambda m: None)
+    model = str(artifacts / "swish-custom-dynamo-opset18.onnx")
+    with pytest.raises(RowError, match=r"only on \['CPUExecutionProvider'\].*built for the CUDA entry"):
+        _check_plugin_serves({"model_path": model, "plugin": str(cpu_only), "execution_provider": "CUDAExecutionProvider"})
+    _check_plugin_serves({"model_path": model, "plugin": str(cpu_only), "execution_provider": "CPUExecutionProvider"})
+
+
+def test_io_binding_path_gives_the_operators_output(artifacts, plugin_path, tmp_path):
+    """The GPU rows' binding code, run on the CPU device: the bound output is the custom op's result."""
+    from bench.measure import _ort_callable
+    from bench.workloads import WORKLOADS
+
+    x = WORKLOADS["swish"].input(seed=0)[:2]
+    spec = {"row": "ort_custom", "threads": 2, "ort_opt_level": "all", "io_binding": True, "plugin": str(plugin_path),
+            "model_path": str(artifacts / "swish-custom-dynamo-opset18.onnx")}
+    call, graph, _ = _ort_callable(spec, x, tmp_path)
+    assert graph == "myops::Swish"
+    y = call().copy_outputs_to_cpu()[0]
+    x64 = x.astype(np.float64)
+    np.testing.assert_allclose(y, x64 / (1 + np.exp(-1.702 * x64)), rtol=2e-6, atol=1e-7)
+    assert np.array_equal(call().copy_outputs_to_cpu()[0], y)  # a second run through the same binding
+
+
+def test_gpu_memory_without_nvml_is_stated_not_guessed():
+    from bench import measure, nvml
+
+    try:
+        nvml.DeviceMemory(0)
+    except nvml.NvmlUnavailable as exc:
+        assert "--gpus" in str(exc)
+    else:
+        pytest.skip("NVML answers here")
+    reader, method = measure._gpu_memory_probe()
+    assert reader is None and method.startswith("unavailable: ")
+
+
+def test_copy_model_is_written_without_onnx(tmp_path):
+    from bench.rows import write_copy_model
+    from ort_plugin.onnx_file import read_model
+
+    summary = read_model(write_copy_model(tmp_path / "copy.onnx", 21))
+    assert summary.opset_imports == {"": 21}
+    assert [n.qualified for n in summary.nodes] == ["ai.onnx::Identity"]
+    assert summary.inputs[0].dims == ("batch", "seq", 768)
