@@ -17,6 +17,7 @@ import contextlib
 import functools
 import hashlib
 import importlib
+import inspect
 import json
 import os
 import sys
@@ -217,9 +218,11 @@ def _export_torchscript(model, example, path: Path, *, lowering: str, opset: int
         warnings.simplefilter("ignore")  # unregistering a name never registered warns
         torch.onnx.unregister_custom_op_symbolic(name, 1)
     torch.onnx.register_custom_op_symbolic(name, _torchscript_symbolic(lowering), symbolic_opset)
+    # torch < 2.4 has no dynamo= keyword (TorchScript is its only exporter); 2.9+ defaults it to True.
+    choose = {"dynamo": False} if "dynamo" in inspect.signature(torch.onnx.export).parameters else {}
     try:
         torch.onnx.export(
-            model, (example,), str(path), dynamo=False, opset_version=opset,
+            model, (example,), str(path), **choose, opset_version=opset,
             input_names=[INPUT_NAME], output_names=[OUTPUT_NAME],
             dynamic_axes=dynamic_axes if dynamic_axes is not None else {INPUT_NAME: DYNAMIC_AXES, OUTPUT_NAME: DYNAMIC_AXES},
             custom_opsets={DOMAIN: DOMAIN_VERSION} if lowering == "custom" else None,
@@ -274,6 +277,10 @@ def _export_dynamo(model, example, path: Path, *, lowering: str, opset: int, dyn
         from torch.export import Dim
     except ImportError as exc:
         raise ExportError(f"torch {torch.__version__} has no torch.export: use --exporter torchscript") from exc
+    if "custom_translation_table" not in inspect.signature(torch.onnx.export).parameters:
+        # torch 2.4/2.5 accept dynamo=True but drop the table without a word: no myops node would be emitted
+        raise ExportError(f"torch {torch.__version__}'s dynamo exporter cannot take the myops translation "
+                          "(custom_translation_table needs torch >= 2.6): use --exporter torchscript")
     if opset > dynamo_max_opset():
         raise ExportError(f"the dynamo exporter (onnxscript {onnxscript.__version__}) stops at opset {dynamo_max_opset()}; got {opset}")
     build_opset = max(opset, DYNAMO_MIN_OPSET)

@@ -35,15 +35,44 @@ def register_python_parts() -> None:
     global _registered
     if _registered:
         return
+    # torch 2.3 (the cuda11.8 entry) names register_fake impl_abstract and has no register_autograd.
+    register_fake = getattr(torch.library, "register_fake", None) or torch.library.impl_abstract
 
-    @torch.library.register_fake("myops::swish")
+    @register_fake("myops::swish")
     def _swish_fake(x, beta=1.0):
         return torch.empty_like(x, memory_format=torch.contiguous_format)
 
-    @torch.library.register_fake("myops::swish_backward")
+    @register_fake("myops::swish_backward")
     def _swish_backward_fake(grad, x, beta):
         torch._check(grad.shape == x.shape, lambda: f"myops::swish_backward: grad shape {grad.shape} != x shape {x.shape}")
         return torch.empty_like(x, memory_format=torch.contiguous_format)
 
-    torch.library.register_autograd("myops::swish", _backward, setup_context=_setup_context)
+    if hasattr(torch.library, "register_autograd"):
+        torch.library.register_autograd("myops::swish", _backward, setup_context=_setup_context)
+    else:
+        _register_autograd_before_2_4()
     _registered = True
+
+
+class _SwishFunction(torch.autograd.Function):
+    """What register_autograd builds, spelled out for torch 2.3: the op below the Autograd key."""
+
+    @staticmethod
+    def forward(ctx, x, beta):
+        with torch._C._AutoDispatchBelowAutograd():
+            y = torch.ops.myops.swish(x, beta)
+        _setup_context(ctx, (x, beta), y)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _backward(ctx, grad)
+
+
+_autograd_library = None
+
+
+def _register_autograd_before_2_4() -> None:
+    global _autograd_library
+    _autograd_library = torch.library.Library("myops", "IMPL")  # kept alive: dropping it unregisters
+    _autograd_library.impl("swish", lambda x, beta=1.0: _SwishFunction.apply(x, beta), "Autograd")
