@@ -19,9 +19,9 @@ from lab import matrix  # noqa: E402  (needs the repo on sys.path)
 nox.options.default_venv_backend = "venv"
 nox.options.reuse_venv = "yes"
 nox.options.sessions = ["tests"]
-nox.options.error_on_missing_interpreters = True
 
-PYTHON = "3.11"
+# Sessions run on the Python that runs nox (any the cpu entry's wheels serve); an entry's own
+# `python` pin governs its images, never the host.
 TOOLS = REPO / "requirements" / "tools.txt"
 
 
@@ -52,9 +52,12 @@ def _entry(session: nox.Session, entry_id: str) -> dict:
 
 def _install(session: nox.Session, entry: dict) -> None:
     """The entry's pinned frameworks plus the shared tooling, into this session's virtualenv."""
-    session.log(f"installing matrix entry '{entry['id']}': {', '.join(matrix.pip_pins(entry))}")
+    session.log(f"installing matrix entry '{entry['id']}' on this host's Python {sys.version.split()[0]} "
+                f"(its images use {entry['python']}): {', '.join(matrix.pip_pins(entry))}")
     session.install(*matrix.pip_pins(entry), "-r", str(TOOLS))
     session.env["MYOPS_MATRIX_ENTRY"] = entry["id"]
+    # A CPU entry builds CPU kernels only, also where pip's torch is a CUDA build and nvcc is absent.
+    session.env["MYOPS_NO_CUDA"] = "1"
     session.run("python", "-m", "lab.provenance")
 
 
@@ -90,35 +93,51 @@ def _base_overrides(session: nox.Session, values: list[str]) -> dict:
     return overrides
 
 
-@nox.session(python=PYTHON)
+@nox.session
 def build(session: nox.Session) -> None:
-    """Build matrix entries (default: cpu): Docker images, or the extension and plugin locally."""
-    from lab import docker
+    """Build matrix entries (default: cpu; `all` for every entry): Docker images and their proof, or locally."""
+    from lab import docker, proof
 
     parser = argparse.ArgumentParser(prog="nox -s build --", description=build.__doc__)
-    parser.add_argument("entries", nargs="*", default=[matrix.DEFAULT_ENTRY], help="matrix entry ids (nox -s list)")
+    parser.add_argument("entries", nargs="*", default=[matrix.DEFAULT_ENTRY],
+                        help="matrix entry ids (nox -s list), or `all`")
     parser.add_argument("--backend", choices=["docker", "local"],
                         help="docker: the entry's train and infer images; local: this machine's virtualenv "
                              "(default: docker when a daemon answers, else local)")
     parser.add_argument("--base-image", action="append", default=[], metavar="ROLE=IMAGE",
-                        help="use a local image as the build or runtime base (e.g. build=my/cuda:12.1-devel)")
+                        help="use a local image as the build or runtime base (e.g. build=nvidia/cuda:12.1.1-devel-ubuntu22.04)")
     parser.add_argument("--cuda", choices=["ON", "OFF", "AUTO"], default="AUTO", help="local: CUDA kernels in the plugin")
+    parser.add_argument("--no-proof", action="store_true", help="docker: skip the images' proof (lab.proof)")
     args = _parse(session, parser)
+    entries = list(matrix.load()["entries"]) if args.entries == ["all"] else args.entries
     backend = args.backend or ("docker" if docker.daemon_version() else "local")
     session.log(f"backend: {backend}; nvcc {_tool_version(['nvcc', '--version'])}; "
                 f"docker {docker.daemon_version() or 'no daemon'}")
-    for entry_id in args.entries:
+    if backend == "docker":
+        session.install("-r", str(REPO / "requirements" / "nox.txt"))
+    failed = {}
+    for entry_id in entries:
         if backend == "local":
             _install(session, _entry(session, entry_id))
             _build(session, cuda=args.cuda)
             continue
+        overrides = _base_overrides(session, args.base_image)
         try:
             matrix.entry(entry_id)
-            session.install("-r", str(REPO / "requirements" / "nox.txt"))
-            tags = docker.build_images(entry_id, base_overrides=_base_overrides(session, args.base_image), log=session.log)
+            tags = docker.build_images(entry_id, base_overrides=overrides, log=session.log)
+            session.log(f"{entry_id}: {tags['train']} and {tags['infer']}")
+            if not args.no_proof:
+                rows = proof.prove(entry_id, base_overrides=overrides, log=session.log)
+                bad = [r["check"] for r in rows if r["result"] != "pass"]
+                if bad:
+                    failed[entry_id] = f"proof failed: {', '.join(bad)} (results/image_proofs.csv)"
         except (matrix.MatrixError, docker.DockerError) as exc:
-            session.error(str(exc))
-        session.log(f"{entry_id}: {tags['train']} and {tags['infer']}")
+            if len(entries) == 1:
+                session.error(str(exc))
+            failed[entry_id] = str(exc)
+            session.warn(f"{entry_id}: {exc}")
+    if failed:
+        session.error("not built or not proven here:\n" + "\n".join(f"  {k}: {v}" for k, v in failed.items()))
 
 
 def _tool_version(cmd: list[str]) -> str:
@@ -131,7 +150,7 @@ def _tool_version(cmd: list[str]) -> str:
     return out[-1] if out else "unknown"
 
 
-@nox.session(python=PYTHON)
+@nox.session
 def publish(session: nox.Session) -> None:
     """Push an entry's images to --registry, or write them as a docker-save archive for `docker load`."""
     from lab import docker
@@ -160,7 +179,7 @@ def publish(session: nox.Session) -> None:
         session.error(str(exc))
 
 
-@nox.session(python=PYTHON)
+@nox.session
 def export(session: nox.Session) -> None:
     """Export both models with both exporters, both lowerings and every opset to build/onnx."""
     parser = argparse.ArgumentParser(prog="nox -s export --", description=export.__doc__)
@@ -178,7 +197,7 @@ def export(session: nox.Session) -> None:
                             "--lowering", lowering, "--beta", str(args.beta))
 
 
-@nox.session(python=PYTHON)
+@nox.session
 def tests(session: nox.Session) -> None:
     """Build for the cpu entry and run the test suite (pytest options after --)."""
     entry = _entry(session, matrix.DEFAULT_ENTRY)
@@ -187,7 +206,7 @@ def tests(session: nox.Session) -> None:
     session.run("python", "-m", "pytest", "tests", "-ra", *session.posargs)
 
 
-@nox.session(python=PYTHON)
+@nox.session
 def sanitize(session: nox.Session) -> None:
     """Build the plugin with ASan + UBSan (CPU) and run it through onnxruntime under them."""
     _install(session, _entry(session, matrix.DEFAULT_ENTRY))
@@ -221,7 +240,7 @@ _CUDA_KERNEL_REGISTERED = (
 )
 
 
-@nox.session(python=PYTHON)
+@nox.session
 def cuda_compile(session: nox.Session) -> None:
     """Compile the extension and the plugin with CUDA (no GPU needed) and check their architectures.
 
@@ -273,7 +292,7 @@ def cuda_compile(session: nox.Session) -> None:
     session.log(f"cuda_compile: both binaries hold exactly '{arch_list}' ({time.perf_counter() - started:.0f} s)")
 
 
-@nox.session(python=PYTHON)
+@nox.session
 def bench(session: nox.Session) -> None:
     """The main job: measure every row for an entry and write results/<entry>/ (CSV, charts, summary).
 
@@ -309,7 +328,7 @@ def bench(session: nox.Session) -> None:
         session.error(f"the benchmark failed inside {tags['train']} (exit {result})")
 
 
-@nox.session(python=PYTHON)
+@nox.session
 def doctor(session: nox.Session) -> None:
     """Diagnose this machine: torch/nvcc/ABI, GPU vs compiled architectures, ORT, the plugin, and given ONNX files."""
     if any(a in ("-h", "--help") for a in session.posargs):
@@ -320,14 +339,14 @@ def doctor(session: nox.Session) -> None:
     session.run("python", "-m", "lab.doctor", *session.posargs)
 
 
-@nox.session(python=PYTHON)
+@nox.session
 def report(session: nox.Session) -> None:
     """Rebuild every chart and summary under results/ from the CSVs alone."""
     session.install("-r", str(TOOLS))
     session.run("python", "-m", "bench.report", *session.posargs)
 
 
-@nox.session(python=PYTHON)
+@nox.session
 def cross_machine_diff(session: nox.Session) -> None:
     """Layer 3: the same ONNX files and inputs on several targets (default: docker local) must agree."""
     from lab import docker

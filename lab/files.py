@@ -61,3 +61,9 @@ def upsert_csv(path: Path, new_rows: list[dict], columns: list[str], key: list[s
     rows = kept + new_rows
     write_csv_atomic(path, rows, columns)
     return rows
+
+
+def shown(path: Path) -> str:
+    """A path as messages show it: relative to the repository when inside it."""
+    repo = Path(__file__).resolve().parent.parent
+    return str(path.relative_to(repo)) if Path(path).is_relative_to(repo) else str(path)

@@ -76,11 +76,12 @@ def second_daemon(daemon, tmp_path_factory):
     if shutil.which("dockerd") is None:
         pytest.fail("dockerd is not installed but a daemon answers: install docker.io to run a second one")
     root = tmp_path_factory.mktemp("dockerd-b")
+    driver = subprocess.run(["docker", "info", "--format", "{{.Driver}}"], capture_output=True, text=True).stdout.strip()
     host = f"unix://{root}/docker.sock"
     log = open(root / "dockerd.log", "w")
     proc = subprocess.Popen(
         ["dockerd", "--host", host, "--data-root", str(root / "data"), "--exec-root", str(root / "exec"),
-         "--pidfile", str(root / "docker.pid"), "--storage-driver", "vfs", "--iptables=false", "--bridge=none"],
+         "--pidfile", str(root / "docker.pid"), "--storage-driver", driver or "overlay2", "--iptables=false", "--bridge=none"],
         stdout=log, stderr=subprocess.STDOUT)
     try:
         deadline = time.time() + 60
@@ -96,7 +97,7 @@ def second_daemon(daemon, tmp_path_factory):
         except subprocess.TimeoutExpired:
             proc.kill()
         log.close()
-        # vfs keeps a full copy per layer: gigabytes that must not pile up across runs.
+        # Its layers are gigabytes that must not pile up across runs.
         shutil.rmtree(root / "data", ignore_errors=True)
 
 

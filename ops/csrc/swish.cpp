@@ -6,6 +6,7 @@
 #include <ATen/ops/empty_like.h>
 #include <torch/library.h>
 
+#include "dtype_name.h"
 #include "swish.h"
 
 namespace myops {
@@ -17,7 +18,7 @@ constexpr int64_t kGrainSize = 32768;
 void check_cpu_dtype(const at::Tensor& t, const char* name) {
   TORCH_CHECK(t.scalar_type() == at::kFloat || t.scalar_type() == at::kDouble,
               "myops::swish: ", name, " must be float32 (float64 is accepted on CPU for gradcheck); got torch.",
-              c10::getDtypeNames(t.scalar_type()).first, ". Cast with .float() first.");
+              dtype_name(t.scalar_type()), ". Cast with .float() first.");
 }
 
 at::Tensor swish_cpu(const at::Tensor& x, double beta) {
@@ -38,7 +39,7 @@ at::Tensor swish_cpu(const at::Tensor& x, double beta) {
 at::Tensor swish_backward_cpu(const at::Tensor& grad, const at::Tensor& x, double beta) {
   check_cpu_dtype(x, "x");
   TORCH_CHECK(grad.scalar_type() == x.scalar_type(), "myops::swish_backward: grad must have x's dtype torch.",
-              c10::getDtypeNames(x.scalar_type()).first, "; got torch.", c10::getDtypeNames(grad.scalar_type()).first);
+              dtype_name(x.scalar_type()), "; got torch.", dtype_name(grad.scalar_type()));
   TORCH_CHECK(grad.sizes() == x.sizes(), "myops::swish_backward: grad must have x's shape ", x.sizes(),
               "; got ", grad.sizes());
   const at::Tensor gc = grad.contiguous();

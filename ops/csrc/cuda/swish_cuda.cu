@@ -8,6 +8,7 @@
 #include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
 
+#include "../dtype_name.h"
 #include "swish_cuda.h"
 
 namespace myops {
@@ -17,7 +18,7 @@ void check_cuda_input(const at::Tensor& t, const char* name) {
   TORCH_CHECK(t.is_cuda(), "myops::swish (CUDA): ", name, " must be a CUDA tensor; got ", t.device());
   TORCH_CHECK(t.scalar_type() == at::kFloat || t.scalar_type() == at::kHalf || t.scalar_type() == at::kBFloat16,
               "myops::swish (CUDA): ", name, " must be float32, float16 or bfloat16; got torch.",
-              c10::getDtypeNames(t.scalar_type()).first);
+              dtype_name(t.scalar_type()));
 }
 
 swish::cuda::DType to_kernel_dtype(at::ScalarType t) {

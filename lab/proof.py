@@ -1,0 +1,291 @@
+"""Proof, without a GPU, that an entry's images are right up to the driver.
+
+    python -m lab.proof ENTRY        (nox -s build runs it after building a CUDA entry)
+
+Each check runs in a container of the image (no network) or on a file copied out of it, and lands
+as one row of results/image_proofs.csv (entry, image, image id, size, check, result, detail):
+
+infer  no-torch                  `import torch` fails: the image is PyTorch-free
+       plugin-needed             every NEEDED of the plugin resolves (`ldd -r`: the real loader, no code run)
+       ort-cuda-needed           the same for onnxruntime's CUDA provider, symbols included
+       ort-cuda-session          a CUDA-EP session against the toolkit's driver stub ends in the driver's
+                                 own "stub"/"no device" error, never in a missing library
+       plugin-cuda-archs         cuobjdump of the plugin lists exactly the architectures built
+       verify-cpu                the artifacts run through the plugin on the CPU EP, matching torch
+train  torch-cuda                torch.version.cuda and the cuDNN major are the entry's
+       extension-archs           cuobjdump of the extension lists exactly the architectures built
+       extension-loads           the extension loads into torch (its CUDA symbols resolve) with a CUDA kernel
+       plugin-cuda               the train image's plugin was built with CUDA, for those architectures
+       nvcc                      the compiler the image built with
+"""
+from __future__ import annotations
+
+import csv
+import datetime as _dt
+import json
+import re
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import docker, matrix, toolkit
+from .files import write_text_atomic
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "results" / "image_proofs.csv"
+COLUMNS = ["entry", "kind", "image", "image_id", "size_bytes", "check", "result", "detail", "git_sha", "timestamp"]
+PROVIDER = "onnxruntime/capi/libonnxruntime_providers_cuda.so"
+# What a CUDA-EP session says when it got as far as the driver (cudart's own messages).
+DRIVER_ANSWERS = ("stub library", "no CUDA-capable device", "CUDA driver version is insufficient",
+                  "cudaErrorStubLibrary", "cudaErrorNoDevice", "cudaErrorInsufficientDriver")
+MISSING_LIBRARY = ("cannot open shared object file", "Failed to load library", "undefined symbol", "not found")
+
+
+@dataclass
+class Check:
+    name: str
+    ok: bool
+    detail: str
+
+
+def _in_image(image: str, script: str, *, entrypoint: str = "sh", mounts: dict | None = None, env: dict | None = None,
+              timeout: float = 600) -> subprocess.CompletedProcess:
+    extra = []
+    for source, target in (mounts or {}).items():
+        extra += ["-v", f"{source}:{target}:ro"]
+    for key, value in (env or {}).items():
+        extra += ["-e", f"{key}={value}"]
+    cmd = ["docker", "run", "--rm", "--network", "none", "--entrypoint", entrypoint, *extra, image, "-c", script]
+    return subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=timeout,
+                          env=docker.daemon_env(None))
+
+
+def _out(result: subprocess.CompletedProcess) -> str:
+    return (result.stdout + result.stderr).strip()
+
+
+def _copy_out(image: str, path: str, dest: Path) -> Path:
+    container = subprocess.run(["docker", "create", image], capture_output=True, text=True, check=True,
+                               env=docker.daemon_env(None)).stdout.strip()
+    try:
+        subprocess.run(["docker", "cp", f"{container}:{path}", str(dest)], capture_output=True, check=True,
+                       env=docker.daemon_env(None))
+    finally:
+        subprocess.run(["docker", "rm", container], capture_output=True, env=docker.daemon_env(None))
+    return dest
+
+
+def _ldd(image: str, library_expr: str) -> Check:
+    """`ldd -r` inside the image: the loader resolves NEEDED and symbols, and runs no library code."""
+    result = _in_image(image, f'lib={library_expr}; echo "$lib"; ldd -r "$lib"')
+    out = _out(result)
+    lines = out.splitlines()
+    bad = [line.strip() for line in lines[1:] if any(m in line for m in ("not found", "undefined symbol"))]
+    resolved = [re.sub(r"\s*\(0x[0-9a-f]+\)", "", line.strip()) for line in lines[1:] if "=>" in line]
+    cuda = [r for r in resolved if re.match(r"lib(cu|nv)", r)]
+    if result.returncode != 0 or bad or not lines:
+        return Check("", False, f"{lines[0] if lines else '?'}: " + ("; ".join(bad[:6]) or out[-400:]))
+    return Check("", True, f"{len(resolved)} NEEDED resolved" + (": " + "; ".join(cuda) if cuda else ""))
+
+
+def _archs(library: Path, wanted: list[str]) -> Check:
+    from lab.cuda_archs import compare, compiled_archs, expected_archs, find_cuobjdump
+
+    tool = find_cuobjdump()
+    if tool is None:
+        return Check("", False, "no cuobjdump here (the entry's toolkit has one: python -m lab.toolkit ENTRY)")
+    have = compiled_archs(library, tool)
+    problem = compare(have, expected_archs(" ".join(wanted)))
+    return Check("", problem is None, f"{', '.join(sorted(have))}" + (f": {problem}" if problem else ""))
+
+
+SESSION = r'''
+import sys, onnxruntime as ort
+from pathlib import Path
+artifacts = Path("/opt/myops/artifacts")
+model = sorted(artifacts.glob("swish-decomposed-*.onnx"))[0]
+options = ort.SessionOptions()
+options.log_severity_level = 0
+try:
+    session = ort.InferenceSession(str(model), options, providers=["CUDAExecutionProvider"])
+    print("SESSION providers:", session.get_providers())
+except Exception as exc:
+    print("SESSION error:", exc)
+'''
+
+
+def prove_infer(entry: dict, image: str, archs: list[str], stub: Path | None) -> list[Check]:
+    checks = []
+    result = _in_image(image, "import torch", entrypoint="python")
+    checks.append(Check("no-torch", result.returncode != 0 and "No module named 'torch'" in result.stderr,
+                        _out(result).splitlines()[-1] if _out(result) else "import torch succeeded"))
+    plugin = _ldd(image, "/opt/myops/lib/libmyops_ort.so")
+    checks.append(Check("plugin-needed", plugin.ok, plugin.detail))
+    result = _in_image(image, "python -m ort_plugin.runner verify --providers CPUExecutionProvider")
+    checks.append(Check("verify-cpu", result.returncode == 0 and "all models match" in result.stdout,
+                        _out(result).splitlines()[-1] if _out(result) else "no output"))
+    if entry["device"] != "cuda":
+        return checks
+    provider = _ldd(image, f"$(python -c 'import onnxruntime, os; print(os.path.dirname(onnxruntime.__file__))')/../{PROVIDER}")
+    checks.append(Check("ort-cuda-needed", provider.ok, provider.detail))
+    if stub is None:
+        checks.append(Check("ort-cuda-session", False, "no CUDA driver stub (libcuda.so) in the toolkit to run against"))
+    else:
+        result = _in_image(image, SESSION, entrypoint="python", mounts={str(stub): "/opt/driver-stub/libcuda.so.1"},
+                           env={"LD_LIBRARY_PATH": "/opt/driver-stub"})
+        checks.append(_classify_session(result))
+    with tempfile.TemporaryDirectory() as tmp:
+        library = _copy_out(image, "/opt/myops/lib/libmyops_ort.so", Path(tmp) / "libmyops_ort.so")
+        found = _archs(library, archs)
+    checks.append(Check("plugin-cuda-archs", found.ok, found.detail))
+    return checks
+
+
+def _classify_session(result: subprocess.CompletedProcess) -> Check:
+    out = _out(result)
+    said = next((line for line in out.splitlines() if any(a in line for a in DRIVER_ANSWERS)), None)
+    missing = next((line for line in out.splitlines() if any(m in line for m in MISSING_LIBRARY)), None)
+    if missing:
+        return Check("ort-cuda-session", False, f"a library is missing: {missing.strip()[:300]}")
+    if result.returncode < 0 or result.returncode > 128:
+        return Check("ort-cuda-session", False, f"crashed (signal {abs(result.returncode) % 128}) after: "
+                     + " | ".join(out.splitlines()[-3:])[:300])
+    if said:
+        return Check("ort-cuda-session", True, f"reached the driver: {said.strip()[:300]}")
+    return Check("ort-cuda-session", False, "neither a driver answer nor a missing library: " + out[-300:])
+
+
+TORCH_FACTS = r'''
+import json, torch
+print(json.dumps({"cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version()}))
+'''
+EXTENSION_LOADS = r'''
+import torch
+from ops.build import build_info
+torch.ops.load_library(build_info()["library"])
+print("CUDA kernel:", torch._C._dispatch_has_kernel_for_dispatch_key("myops::swish", "CUDA"))
+'''
+PLUGIN_INFO = r'''
+import json
+from pathlib import Path
+info = [json.loads(p.read_text()) for p in Path("/lab/build/ort_plugin").glob("*/build_info.json")]
+print(json.dumps(info))
+'''
+
+
+def prove_train(entry: dict, image: str, archs: list[str]) -> list[Check]:
+    if entry["device"] != "cuda":
+        return []
+    checks = []
+    result = _in_image(image, TORCH_FACTS, entrypoint="python")
+    try:
+        facts = json.loads(result.stdout.strip().splitlines()[-1])
+        cudnn_major = (facts["cudnn"] or 0) // 10000 if (facts["cudnn"] or 0) >= 10000 else (facts["cudnn"] or 0) // 1000
+        ok = facts["cuda"] == entry["cuda"] and cudnn_major == entry["cudnn"]
+        checks.append(Check("torch-cuda", ok, f"torch.version.cuda {facts['cuda']}, cuDNN {facts['cudnn']} "
+                                              f"(entry: CUDA {entry['cuda']}, cuDNN {entry['cudnn']})"))
+    except (ValueError, IndexError, KeyError, TypeError):
+        checks.append(Check("torch-cuda", False, _out(result)[-300:]))
+    result = _in_image(image, "python -m ops.check_archs")
+    checks.append(Check("extension-archs", result.returncode == 0, _out(result).splitlines()[-1] if _out(result) else ""))
+    result = _in_image(image, EXTENSION_LOADS, entrypoint="python")
+    checks.append(Check("extension-loads", result.returncode == 0 and "CUDA kernel: True" in result.stdout,
+                        _out(result).splitlines()[-1] if _out(result) else ""))
+    result = _in_image(image, PLUGIN_INFO, entrypoint="python")
+    try:
+        infos = [i for i in json.loads(result.stdout.strip().splitlines()[-1]) if i.get("with_cuda")]
+        ok = bool(infos) and set(infos[0]["cuda_architectures"].split(";")) == set(docker.cmake_cuda_architectures(archs).split(";"))
+        checks.append(Check("plugin-cuda", ok, f"with CUDA {infos[0]['cuda_compiler_version']}, architectures "
+                                               f"{infos[0]['cuda_architectures']}" if infos else "no CUDA build of the plugin"))
+    except (ValueError, IndexError, KeyError):
+        checks.append(Check("plugin-cuda", False, _out(result)[-300:]))
+    result = _in_image(image, "nvcc --version | tail -n 2 | head -n 1")
+    version = _out(result)
+    major_ok = f"release {entry['cuda'].split('.')[0]}." in version
+    checks.append(Check("nvcc", result.returncode == 0 and major_ok, version))
+    return checks
+
+
+def _image_facts(tag: str) -> tuple[str, int]:
+    out = subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}} {{.Size}}", tag], capture_output=True,
+                         text=True, check=True, env=docker.daemon_env(None)).stdout.split()
+    return out[0], int(out[1])
+
+
+def prove(entry_id: str, *, base_overrides: dict | None = None, log=print) -> list[dict]:
+    """Run every check on the entry's two built images; write and return their rows."""
+    from lab.provenance import git_state
+
+    entry = matrix.entry(entry_id)
+    tags = docker.image_tags(entry)
+    plan = docker.build_plan(entry, base_overrides)
+    stub = None
+    if entry["device"] == "cuda":
+        candidate = toolkit.home(entry) / "lib64" / "stubs" / "libcuda.so"
+        stub = candidate if candidate.exists() else None
+        _toolkit_on_path(entry)
+    now = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    sha = git_state()["git_sha"]
+    rows = []
+    for kind, checks in (("train", lambda: prove_train(entry, tags["train"], plan["archs"])),
+                         ("infer", lambda: prove_infer(entry, tags["infer"], plan["archs"], stub))):
+        if docker.image_id(tags[kind]) is None:
+            raise docker.DockerError(f"{tags[kind]} is not built: run `nox -s build -- {entry_id}` first")
+        image_id, size = _image_facts(tags[kind])
+        found = checks()
+        if plan["not_built"] and kind == "infer":
+            found.append(Check("archs-not-built", True, "not claimed, the toolkit here cannot target them: "
+                               + "; ".join(plan["not_built"])))
+        for check in found:
+            log(f"[proof] {tags[kind]}: {'PASS' if check.ok else 'FAIL'} {check.name}: {check.detail}")
+            rows.append({"entry": entry_id, "kind": kind, "image": tags[kind], "image_id": image_id, "size_bytes": size,
+                         "check": check.name, "result": "pass" if check.ok else "fail", "detail": check.detail,
+                         "git_sha": sha, "timestamp": now})
+    _upsert(rows)
+    return rows
+
+
+def _toolkit_on_path(entry: dict) -> None:
+    """cuobjdump for the copied-out binaries: the entry's own toolkit's, when assembled here."""
+    import os
+
+    home = toolkit.home(entry)
+    if (home / "bin" / "cuobjdump").exists() and not os.environ.get("CUOBJDUMP"):
+        os.environ["CUOBJDUMP"] = str(home / "bin" / "cuobjdump")
+
+
+def _upsert(rows: list[dict]) -> None:
+    keep = []
+    if RESULTS.exists():
+        with open(RESULTS, newline="") as handle:
+            done = {(r["entry"], r["kind"]) for r in rows}
+            keep = [r for r in csv.DictReader(handle) if (r["entry"], r["kind"]) not in done]
+    ordered = sorted(keep + rows, key=lambda r: (r["entry"], r["kind"], r["check"]))
+    with tempfile.TemporaryFile("w+", newline="") as handle:
+        writer = csv.DictWriter(handle, COLUMNS, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(ordered)
+        handle.seek(0)
+        buffer = handle.read()
+    write_text_atomic(RESULTS, buffer)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help"):
+        print(__doc__)
+        return 0 if argv else 2
+    try:
+        rows = prove(argv[0])
+    except (docker.DockerError, matrix.MatrixError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    failed = [r for r in rows if r["result"] != "pass"]
+    print(f"[proof] {argv[0]}: {len(rows) - len(failed)}/{len(rows)} checks passed; {RESULTS.relative_to(REPO)}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,394 @@
+"""Python wheels for an entry's images: resolved for the image's Python and platform from the
+entry's own indexes, pinned by hash in docker/locks/<entry>-<kind>.txt, fetched again from there.
+
+Resolution never looks at the host's interpreter: the target is the entry's `python` and the glibc
+of its base OS (manylinux tags). A package with a dedicated index (a torch CUDA index, an
+onnxruntime feed) is resolved from that index alone, so a same-numbered PyPI build cannot win;
+everything else comes from pip's own configuration (the machine's index, whatever it is).
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import compat, matrix
+from .files import shown, write_text_atomic
+
+REPO = Path(__file__).resolve().parent.parent
+LOCKS = REPO / "docker" / "locks"
+WHEELHOUSE = REPO / "build" / "wheelhouse"
+TOOLS = REPO / "requirements" / "tools.txt"
+INDEX_MARK = "# index: "
+
+# The NVIDIA wheels that hold what onnxruntime's CUDA provider links against (cudart, cuBLAS,
+# cuFFT, cuRAND, cuDNN) and what cuDNN 9 compiles fused kernels with (NVRTC), per CUDA major.
+CUDA_LIBRARIES = {
+    11: ["nvidia-cuda-runtime-cu11", "nvidia-cublas-cu11", "nvidia-cufft-cu11", "nvidia-curand-cu11",
+         "nvidia-cudnn-cu11", "nvidia-cuda-nvrtc-cu11"],
+    12: ["nvidia-cuda-runtime-cu12", "nvidia-cublas-cu12", "nvidia-cufft-cu12", "nvidia-curand-cu12",
+         "nvidia-cudnn-cu12", "nvidia-cuda-nvrtc-cu12"],
+    13: ["nvidia-cuda-runtime", "nvidia-cublas", "nvidia-cufft", "nvidia-curand", "nvidia-cudnn-cu13",
+         "nvidia-cuda-nvrtc"],
+}
+
+
+class WheelError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class Target:
+    python: str           # "3.11"
+    platforms: tuple      # manylinux tags, newest first
+
+    def pip_args(self) -> list[str]:
+        abi = "cp" + self.python.replace(".", "")
+        args = ["--only-binary=:all:", "--python-version", self.python, "--implementation", "cp",
+                "--abi", abi, "--abi", "abi3", "--abi", "none"]
+        for tag in self.platforms:
+            args += ["--platform", tag]
+        return args
+
+
+def manylinux_tags(glibc: str, arch: str = "x86_64") -> tuple:
+    """Every manylinux tag a system with this glibc runs, newest first (PEP 600 and the legacy aliases)."""
+    major, minor = (int(p) for p in glibc.split("."))
+    tags = [f"manylinux_{major}_{m}_{arch}" for m in range(minor, 4, -1)]
+    tags += [f"{alias}_{arch}" for floor, alias in ((17, "manylinux2014"), (12, "manylinux2010"), (5, "manylinux1"))
+             if minor >= floor]
+    return tuple(tags)
+
+
+def target(entry: dict) -> Target:
+    """The entry's Python on the oldest glibc among its base images."""
+    systems = [compat.base_os(image) for image in entry["base_images"].values()]
+    glibcs = [s.glibc for s in systems if s is not None]
+    if not glibcs:
+        raise WheelError(f"entry '{entry['id']}': the OS of its base images is unknown; give them an `os` "
+                         "in matrix.yaml so wheels can be resolved for its glibc")
+    return Target(entry["python"], manylinux_tags(min(glibcs, key=compat.release)))
+
+
+# ---------------------------------------------------------------- what each image needs
+
+@dataclass(frozen=True)
+class Requirement:
+    spec: str                # a pip requirement ("torch==2.4.1") or "-r FILE"
+    index: str | None = None  # a dedicated index for this package alone; None: pip's configuration
+
+
+def requirements(entry: dict, kind: str) -> list[Requirement]:
+    ort = entry["onnxruntime"]
+    ort_req = Requirement(f"{ort['package']}=={ort['version']}", ort["index"])
+    if kind == "train":
+        return [Requirement(f"torch=={entry['torch']['version']}", entry["torch"]["index"]),
+                Requirement(f"onnx=={entry['onnx']}"), Requirement(f"onnxscript=={entry['onnxscript']}"),
+                Requirement(f"numpy=={entry['numpy']}"), ort_req, Requirement(f"-r {TOOLS.relative_to(REPO)}")]
+    reqs = [ort_req, Requirement(f"numpy=={entry['numpy']}")]
+    if entry["device"] == "cuda":
+        major = compat.release(entry["cuda"]).major
+        for name in CUDA_LIBRARIES[major]:
+            # cuDNN by the entry's major; the rest follow the train lock (same CUDA user space)
+            reqs.append(Requirement(f"{name}=={entry['cudnn']}.*" if "cudnn" in name else name))
+    return reqs
+
+
+def describe(reqs: list[Requirement]) -> str:
+    """The lock's header: its requirements, a -r file by its content too (an edit makes the lock stale)."""
+    parts = []
+    for r in reqs:
+        if r.spec.startswith("-r "):
+            digest = hashlib.sha256((REPO / r.spec[3:]).read_bytes()).hexdigest()[:12]
+            parts.append(f"{r.spec} (sha256 {digest})")
+        else:
+            parts.append(r.spec)
+    return " ".join(parts)
+
+
+def lock_path(entry: dict, kind: str) -> Path:
+    return LOCKS / f"{entry['id']}-{kind}.txt"
+
+
+# ---------------------------------------------------------------- pip
+
+def _pip_env(dedicated: bool) -> dict:
+    env = dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1")
+    if dedicated:
+        # A dedicated index alone: no pip.conf extra indexes or find-links can offer another build.
+        env["PIP_CONFIG_FILE"] = os.devnull
+        for key in ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_NO_INDEX"):
+            env.pop(key, None)
+    return env
+
+
+def download_command(specs: list[str], dest: Path, tgt: Target, *, index: str | None = None,
+                     find_links: Path | None = None, extra: list[str] | None = None) -> list[str]:
+    """The exact `pip download` a resolution runs (tests check it for indexes unreachable here)."""
+    cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--dest", str(dest), *tgt.pip_args()]
+    if index:
+        cmd += ["--index-url", index]
+    if find_links:
+        cmd += ["--find-links", str(find_links)]
+    return cmd + (extra or []) + specs
+
+
+def _run_pip(cmd: list[str], *, dedicated: bool, what: str, log) -> None:
+    shown = [a for a in cmd[cmd.index("--dest") + 2:] if not a.startswith(("manylinux", "--platform", "--abi"))]
+    log("[wheels] pip download " + " ".join(shown)[:300])
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, env=_pip_env(dedicated))
+    if result.returncode != 0:
+        lines = [line for line in result.stderr.strip().splitlines() if line.strip() and "WARNING" not in line]
+        raise WheelError(f"{what}: pip download failed: {' | '.join(lines[-4:])}")
+
+
+def available_versions(package: str, tgt: Target, index: str | None = None) -> list[str] | None:
+    """Versions of `package` the index serves for the target (None when the index does not answer)."""
+    cmd = [sys.executable, "-m", "pip", "index", "versions", package, "--retries", "1", "--timeout", "20",
+           *tgt.pip_args()]
+    if index:
+        cmd += ["--index-url", index]
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=_pip_env(bool(index)))
+    match = re.search(r"Available versions: (.*)", result.stdout)
+    if result.returncode == 0 and match:
+        return [v.strip() for v in match[1].split(",")]
+    unreachable = ("NewConnectionError", "Name or service not known", "Could not fetch URL", "ConnectTimeout",
+                   "ProxyError", "SSLError")
+    if any(sign in result.stderr for sign in unreachable):
+        return None
+    return [] if "No matching distribution" in result.stderr else None
+
+
+def _explain_failure(entry: dict, reqs: list[Requirement], tgt: Target, failure: WheelError) -> WheelError:
+    """Which pin does not exist where the entry says it lives: entry, field, what is there."""
+    fields = {"torch": "torch.version", entry["onnxruntime"]["package"]: "onnxruntime.version",
+              "onnx": "onnx", "onnxscript": "onnxscript", "numpy": "numpy"}
+    for req in reqs:
+        match = re.fullmatch(r"([A-Za-z0-9_.-]+)==([^*\s]+)", req.spec)
+        if not match or match[1] not in fields:
+            continue
+        versions = available_versions(match[1], tgt, req.index)
+        where = req.index or "the configured index"
+        if versions is None:
+            return WheelError(f"entry '{entry['id']}', field '{fields[match[1]]}': {where} cannot be reached from here "
+                              f"({failure}). Resolve this entry where it can be (a machine with access to {where}), "
+                              f"commit docker/locks/{entry['id']}-*.txt, and builds here fetch exactly those files.")
+        if match[2] not in versions:
+            series = ".".join(match[2].split(".")[:2]) + "."
+            closest = [v for v in versions if v.startswith(series)]
+            near = ", ".join(closest + [v for v in versions if v not in closest][:8 - len(closest)]) or "none"
+            return WheelError(f"entry '{entry['id']}', field '{fields[match[1]]}': {match[1]} {match[2]} does not exist "
+                              f"for Python {tgt.python} on manylinux x86_64 at {where} (it has: {near}): pin one of those")
+    return failure
+
+
+# ---------------------------------------------------------------- locks
+
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def wheel_name_version(filename: str) -> tuple[str, str]:
+    name, version = filename.split("-")[:2]
+    return re.sub(r"[-_.]+", "-", name).lower(), version
+
+
+@dataclass(frozen=True)
+class Locked:
+    name: str
+    version: str
+    sha256: str
+    index: str | None
+
+
+def read_lock(lock: Path) -> tuple[str, list[Locked]]:
+    """(the requirements the lock was made from, its pinned wheels)."""
+    lines = lock.read_text().splitlines()
+    header = lines[0].split(" image: ", 1)[1] if lines and " image: " in lines[0] else ""
+    pinned = []
+    for line in lines:
+        if not line or line.startswith("#"):
+            continue
+        spec, _, index = line.partition(INDEX_MARK)
+        name, version = spec.split()[0].split("==")
+        digest = re.search(r"--hash=sha256:([0-9a-f]{64})", spec)[1]
+        pinned.append(Locked(name, version, digest, index.strip() or None))
+    return header, pinned
+
+
+def write_lock(lock: Path, entry: dict, kind: str, reqs: list[Requirement], wheels: dict[Path, str | None]) -> None:
+    lines = [f"# {entry['id']} {kind} image: {describe(reqs)}",
+             "# Generated by lab/wheels.py from the resolved wheelhouse; images install with --require-hashes."]
+    for wheel in sorted(wheels, key=lambda p: p.name.lower()):
+        name, version = wheel_name_version(wheel.name)
+        line = f"{name}=={version} --hash=sha256:{sha256(wheel)}"
+        if wheels[wheel]:
+            line += f"  {INDEX_MARK}{wheels[wheel]}"
+        lines.append(line)
+    write_text_atomic(lock, "\n".join(lines) + "\n")
+
+
+def _constraints_from(lock: Path, names: list[str]) -> list[str]:
+    """The train lock's versions of the given packages (the infer image's CUDA user space follows it)."""
+    if not lock.exists():
+        return []
+    _, pinned = read_lock(lock)
+    wanted = {re.sub(r"[-_.]+", "-", n).lower() for n in names}
+    return [f"{p.name}=={p.version}" for p in pinned if p.name in wanted]
+
+
+def resolve(entry: dict, kind: str, house: Path, *, log=print) -> Path:
+    """Resolve the entry's `kind` image for its target, write the lock; wheels land in `house`."""
+    tgt = target(entry)
+    reqs = requirements(entry, kind)
+    lock = lock_path(entry, kind)
+    house.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=house.parent, prefix=".resolve-") as tmp:
+        links, final_dir = Path(tmp) / "dedicated", Path(tmp) / "final"
+        links.mkdir()
+        origin: dict[str, tuple[str, str]] = {}  # file name -> (sha256, dedicated index it came from)
+        specs, extra = [], []
+        try:
+            # 1. Each package with a dedicated index, from that index alone (its dependencies too).
+            for req in reqs:
+                if not req.index:
+                    specs += ["-r", str(REPO / req.spec[3:])] if req.spec.startswith("-r ") else [req.spec]
+                    continue
+                scratch = Path(tempfile.mkdtemp(dir=tmp))
+                _run_pip(download_command([req.spec], scratch, tgt, index=req.index), dedicated=True,
+                         what=f"{req.spec} from {req.index}", log=log)
+                name = req.spec.split("==")[0]
+                for wheel in scratch.iterdir():
+                    origin[wheel.name] = (sha256(wheel), req.index)
+                    if wheel_name_version(wheel.name)[0] == name:
+                        specs.append(str(links / wheel.name))  # the exact file, as a requirement
+                    os.replace(wheel, links / wheel.name)
+            # 2. Everything together, those files included, for one consistent set.
+            if kind == "infer" and entry["device"] == "cuda":
+                major = compat.release(entry["cuda"]).major
+                constraints = _constraints_from(lock_path(entry, "train"), CUDA_LIBRARIES[major])
+                if constraints:
+                    (Path(tmp) / "constraints.txt").write_text("\n".join(constraints) + "\n")
+                    extra = ["-c", str(Path(tmp) / "constraints.txt")]
+            _run_pip(download_command(specs, final_dir, tgt, find_links=links, extra=extra),
+                     dedicated=False, what=f"the {entry['id']} {kind} image", log=log)
+        except WheelError as exc:
+            raise _explain_failure(entry, reqs, tgt, exc) from None
+        wheels = {}
+        for wheel in final_dir.glob("*.whl"):
+            digest = sha256(wheel)
+            if not (house / wheel.name).exists():
+                shutil.copy2(wheel, house / wheel.name)
+            came_from = origin.get(wheel.name)
+            wheels[house / wheel.name] = came_from[1] if came_from and came_from[0] == digest else None
+        verify_onnxruntime_build(entry, list(wheels), log=log)
+        write_lock(lock, entry, kind, reqs, wheels)
+    log(f"[wheels] wrote {shown(lock)} ({len(wheels)} wheels)")
+    return lock
+
+
+def fetch(lock: Path, house: Path, entry: dict, *, log=print) -> None:
+    """Exactly the locked files into `house`, each from the index it was resolved from, hashes checked."""
+    _, pinned = read_lock(lock)
+    missing = [p for p in pinned if not _have(house, p)]
+    if not missing:
+        return
+    tgt = target(entry)
+    for index in sorted({p.index for p in missing}, key=lambda i: i or ""):
+        group = [p for p in missing if p.index == index]
+        with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as req_file:
+            req_file.write("".join(f"{p.name}=={p.version} --hash=sha256:{p.sha256}\n" for p in group))
+        try:
+            _run_pip(download_command(["-r", req_file.name], house, tgt, index=index,
+                                      extra=["--no-deps", "--require-hashes"]),
+                     dedicated=bool(index), what=f"{lock.name} ({index or 'the configured index'})", log=log)
+        except WheelError as exc:
+            raise WheelError(f"{exc}. The lock {shown(lock)} pins files that cannot be fetched from here: "
+                             f"bring them into {house} by hand, or delete the lock to resolve the entry anew") from None
+        finally:
+            os.unlink(req_file.name)
+
+
+def _have(house: Path, pinned: Locked) -> bool:
+    for wheel in house.glob("*.whl"):
+        if wheel_name_version(wheel.name) == (pinned.name, pinned.version) and sha256(wheel) == pinned.sha256:
+            return True
+    return False
+
+
+def find_wheel(house: Path, name: str, version: str) -> Path:
+    for wheel in house.glob("*.whl"):
+        if wheel_name_version(wheel.name) == (name, version):
+            return wheel
+    raise WheelError(f"the wheelhouse {house} lacks {name}=={version}: delete it and build again")
+
+
+def wheelhouse(entry: dict, *, kinds=("train", "infer"), log=print) -> dict:
+    """Host-side wheels for the entry's images and one lock per image kind; returns {kind: lock}.
+
+    A committed lock is fetched exactly (and refused when matrix.yaml has moved on from it);
+    without one, the entry is resolved and the lock written.
+    """
+    house = WHEELHOUSE / entry["id"]
+    locks = {}
+    for kind in kinds:
+        lock = lock_path(entry, kind)
+        if lock.exists():
+            made_from, _ = read_lock(lock)
+            wanted = describe(requirements(entry, kind))
+            if made_from != wanted:
+                raise WheelError(f"{shown(lock)} was made from '{made_from}' but matrix.yaml now asks for "
+                                 f"'{wanted}': delete the lock so the entry is resolved again, and commit the new one")
+            fetch(lock, house, entry, log=log)
+        else:
+            resolve(entry, kind, house, log=log)
+        locks[kind] = lock
+    return locks
+
+
+# ---------------------------------------------------------------- what the resolved wheels say
+
+def elf_needed(data: bytes) -> list[str]:
+    from elftools.elf.elffile import ELFFile
+
+    dynamic = ELFFile(io.BytesIO(data)).get_section_by_name(".dynamic")
+    return [tag.needed for tag in dynamic.iter_tags("DT_NEEDED")] if dynamic else []
+
+
+def onnxruntime_cuda_needs(wheel: Path) -> list[str] | None:
+    """NEEDED of the CUDA provider inside an onnxruntime-gpu wheel (None: the wheel has none)."""
+    with zipfile.ZipFile(wheel) as archive:
+        names = [n for n in archive.namelist() if n.endswith("libonnxruntime_providers_cuda.so")]
+        return elf_needed(archive.read(names[0])) if names else None
+
+
+def verify_onnxruntime_build(entry: dict, wheels: list[Path], *, log=print) -> None:
+    """The resolved onnxruntime-gpu wheel links the entry's CUDA and cuDNN majors (read off its ELF)."""
+    if entry["device"] != "cuda":
+        return
+    ort = [w for w in wheels if wheel_name_version(w.name)[0] == "onnxruntime-gpu"]
+    if not ort:
+        return
+    needed = onnxruntime_cuda_needs(ort[0]) or []
+    cudart = [n for n in needed if n.startswith("libcudart.so.")]
+    cudnn = [n for n in needed if n.startswith("libcudnn.so.")]
+    major = str(compat.release(entry["cuda"]).major)
+    found_cuda = cudart[0].split(".so.")[1].split(".")[0] if cudart else "?"
+    found_cudnn = cudnn[0].split(".so.")[1].split(".")[0] if cudnn else "?"
+    if found_cuda != major or found_cudnn != str(entry["cudnn"]):
+        raise WheelError(f"entry '{entry['id']}', field 'onnxruntime.version': the resolved {ort[0].name} links "
+                         f"{', '.join(cudart + cudnn) or 'no CUDA runtime'} (CUDA {found_cuda}, cuDNN {found_cudnn}), "
+                         f"not CUDA {major} with cuDNN {entry['cudnn']}: pin a build for the entry's CUDA, from its own feed")
+    log(f"[wheels] {ort[0].name}: CUDA provider links {', '.join(cudart + cudnn)} (CUDA {major}, cuDNN {entry['cudnn']})")
