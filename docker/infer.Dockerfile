@@ -24,25 +24,20 @@ RUN cmake -S /src/ort_plugin -B /build -DCMAKE_BUILD_TYPE=Release -DMYOPS_CUDA=$
         ${CUDA_ARCHITECTURES:+"-DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCHITECTURES}"}
 RUN cmake --build /build -j "$(nproc)"
 
-# The locked packages in a virtualenv; the wheels stay behind in this stage.
-FROM ${BASE_RUNTIME} AS venv
-ARG PYTHON_VERSION
-COPY scripts/ /opt/myops-scripts/
-RUN sh /opt/myops-scripts/ensure_python.sh "${PYTHON_VERSION}"
-COPY wheels/ /tmp/wheels/
-COPY locks/ /tmp/locks/
-RUN "python${PYTHON_VERSION}" -m venv /opt/venv \
- && /opt/venv/bin/pip install --no-cache-dir --no-index --find-links /tmp/wheels --require-hashes -r /tmp/locks/infer.txt
-ARG NUMPY_VERSION ORT_PACKAGE ORT_VERSION
-RUN /opt/venv/bin/python /tmp/locks/check_versions.py python=${PYTHON_VERSION} numpy=${NUMPY_VERSION} \
-        ${ORT_PACKAGE}=${ORT_VERSION}
-
 FROM ${BASE_RUNTIME} AS infer
 ARG PYTHON_VERSION
 COPY scripts/ /opt/myops-scripts/
 RUN sh /opt/myops-scripts/ensure_python.sh "${PYTHON_VERSION}"
 RUN useradd --create-home --uid 10001 lab
-COPY --from=venv /opt/venv /opt/venv
+# The locked packages in a virtualenv, read from the wheel server lab/docker.py runs for the build
+# on 127.0.0.1 (hashes checked): the wheels never land in a layer.
+COPY locks/ /opt/myops-locks/
+ARG WHEELS
+RUN "python${PYTHON_VERSION}" -m venv /opt/venv \
+ && /opt/venv/bin/pip install --no-cache-dir --no-index --find-links "${WHEELS}" --require-hashes -r /opt/myops-locks/infer.txt
+ARG NUMPY_VERSION ORT_PACKAGE ORT_VERSION
+RUN /opt/venv/bin/python /opt/myops-locks/check_versions.py python=${PYTHON_VERSION} numpy=${NUMPY_VERSION} \
+        ${ORT_PACKAGE}=${ORT_VERSION}
 # NVIDIA's libraries from the wheels are found the way system libraries are (by ldconfig's cache),
 # so onnxruntime's CUDA provider loads them in any process, and ldd can show it without a GPU.
 RUN /opt/venv/bin/python /opt/myops-scripts/cuda_wheel_libs.py > /etc/ld.so.conf.d/myops-cuda-wheels.conf && ldconfig

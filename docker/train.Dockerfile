@@ -1,22 +1,9 @@
 # The training side of one matrix entry: PyTorch, a compiler and the entry's CUDA toolkit; builds the
 # extension for the entry's architectures (the build fails if the binary holds others), the plugin,
 # and the ONNX artifacts for the entry's opsets. `docker run --rm <image>` runs alignment layers 1-2.
-# lab/docker.py fills the context (src/, wheels/, locks/, toolkit/, scripts/) and every build arg
-# from matrix.yaml. Packages come from the host-side wheelhouse, checked against the lock: no network.
+# lab/docker.py fills the context (src/, locks/, toolkit/, scripts/) and every build arg from
+# matrix.yaml. Packages come from the host-side wheelhouse, checked against the lock: no index.
 ARG BASE_BUILD
-
-# The locked packages in a virtualenv; the wheels stay behind in this stage.
-FROM ${BASE_BUILD} AS venv
-ARG PYTHON_VERSION
-COPY scripts/ /opt/myops-scripts/
-RUN sh /opt/myops-scripts/ensure_python.sh "${PYTHON_VERSION}" build
-COPY wheels/ /tmp/wheels/
-COPY locks/ /tmp/locks/
-RUN "python${PYTHON_VERSION}" -m venv /opt/venv \
- && /opt/venv/bin/pip install --no-cache-dir --no-index --find-links /tmp/wheels --require-hashes -r /tmp/locks/train.txt
-ARG TORCH_VERSION ONNX_VERSION ONNXSCRIPT_VERSION NUMPY_VERSION ORT_PACKAGE ORT_VERSION
-RUN /opt/venv/bin/python /tmp/locks/check_versions.py python=${PYTHON_VERSION} torch=${TORCH_VERSION} \
-        onnx=${ONNX_VERSION} onnxscript=${ONNXSCRIPT_VERSION} numpy=${NUMPY_VERSION} ${ORT_PACKAGE}=${ORT_VERSION}
 
 FROM ${BASE_BUILD} AS train
 ARG PYTHON_VERSION
@@ -24,7 +11,15 @@ COPY scripts/ /opt/myops-scripts/
 RUN sh /opt/myops-scripts/ensure_python.sh "${PYTHON_VERSION}" build
 COPY toolkit/ /opt/myops-toolkit/
 RUN sh /opt/myops-scripts/use_toolkit.sh
-COPY --from=venv /opt/venv /opt/venv
+# The locked packages in a virtualenv, read from the wheel server lab/docker.py runs for the build
+# on 127.0.0.1 (hashes checked): the wheels never land in a layer.
+COPY locks/ /opt/myops-locks/
+ARG WHEELS
+RUN "python${PYTHON_VERSION}" -m venv /opt/venv \
+ && /opt/venv/bin/pip install --no-cache-dir --no-index --find-links "${WHEELS}" --require-hashes -r /opt/myops-locks/train.txt
+ARG TORCH_VERSION ONNX_VERSION ONNXSCRIPT_VERSION NUMPY_VERSION ORT_PACKAGE ORT_VERSION
+RUN /opt/venv/bin/python /opt/myops-locks/check_versions.py python=${PYTHON_VERSION} torch=${TORCH_VERSION} \
+        onnx=${ONNX_VERSION} onnxscript=${ONNXSCRIPT_VERSION} numpy=${NUMPY_VERSION} ${ORT_PACKAGE}=${ORT_VERSION}
 ARG ENTRY TORCH_CUDA_ARCH_LIST
 ENV PATH=/opt/venv/bin:/usr/local/cuda/bin:$PATH CUDA_HOME=/usr/local/cuda PYTHONPATH=/lab \
     XDG_CACHE_HOME=/lab/.cache MYOPS_MATRIX_ENTRY=${ENTRY} TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST}

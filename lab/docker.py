@@ -5,13 +5,17 @@ Every failure a user can hit ends in one DockerError whose message says what to 
 """
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
+import functools
 import gzip
 import hashlib
+import http.server
 import os
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -134,7 +138,8 @@ def ensure_base_image(role: str, spec: dict, override: str | None = None, *, log
 
 # ---------------------------------------------------------------- build contexts
 
-# What the images are built from: one context per image kind, so each build sends only its wheels.
+# What the images are built from: one context per image kind. The wheels are not in it: they are
+# served to the build over loopback (see _serve_wheels), so they never land in a layer.
 SOURCES = ["kernels", "ops", "ort_plugin", "lab", "bench", "tests", "matrix.yaml", "requirements"]
 RUNNER_FILES = ["ort_plugin/__init__.py", "ort_plugin/loader.py", "ort_plugin/runner.py", "ort_plugin/doctor.py",
                 "ort_plugin/diagnose.py", "ort_plugin/library_info.py", "ort_plugin/onnx_file.py", "lab/__init__.py",
@@ -173,8 +178,9 @@ def _sources(dest: Path, headers) -> None:
 
 
 def prepare_context(entry: dict, locks: dict, toolkit_home: Path | None, *, log=print) -> tuple[dict, str]:
-    """build/docker-context/<entry>/<kind>/ for each image: src/ (+ ORT headers), wheels/, locks/,
-    scripts/, toolkit/ (the assembled CUDA toolkit; empty for a CPU entry), app/ (infer: the runner)."""
+    """build/docker-context/<entry>/<kind>/ for each image: src/ (+ ORT headers), locks/, scripts/,
+    toolkit/ (the assembled CUDA toolkit; empty for a CPU entry), app/ (infer: the runner); and beside
+    it, wheels-<kind>/ with exactly the locked wheels."""
     from ort_plugin.headers import pin_from_matrix, resolve
 
     headers = resolve(pin=pin_from_matrix(entry["id"]), log=log)
@@ -195,7 +201,7 @@ def prepare_context(entry: dict, locks: dict, toolkit_home: Path | None, *, log=
         _, pinned = wheels.read_lock(lock)
         for p in pinned:
             wheel = wheels.find_wheel(wheels.WHEELHOUSE / entry["id"], p.name, p.version)
-            _link_or_copy(wheel, context / "wheels" / wheel.name)
+            _link_or_copy(wheel, root / f"wheels-{kind}" / wheel.name)
         if kind == "infer":
             for name in RUNNER_FILES:
                 _link_or_copy(REPO / name, context / "app" / name)
@@ -231,18 +237,51 @@ def cmake_cuda_architectures(arch_list: list[str]) -> str:
     return ";".join(a.replace("+PTX", "").replace(".", "") + ("" if a.endswith("+PTX") else "-real") for a in arch_list)
 
 
-def _build(dockerfile: str, tag: str, context: Path, build_args: dict, *, log) -> None:
+# The port the wheels are served on: fixed, because build args are part of the layer cache key.
+WHEELS_PORT = 48735
+
+
+@contextlib.contextmanager
+def _serve_wheels(directory: Path):
+    """An HTTP server on 127.0.0.1 for the duration of a build: pip in the build's RUN reads the
+    locked wheels from it (--find-links, hashes checked), so no layer ever holds them."""
+    handler = functools.partial(_QuietHandler, directory=str(directory))
+    try:
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", WHEELS_PORT), handler)
+    except OSError:  # another build holds the port: any free one (this build then misses the pip cache)
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args) -> None:
+        pass
+
+
+def _build(dockerfile: str, tag: str, context: Path, build_args: dict, wheels_dir: Path, *, log) -> None:
     """docker build with each step shown as it starts; a failure quotes the build's last lines."""
-    args = [part for key, value in build_args.items() for part in ("--build-arg", f"{key}={value}")]
-    cmd = ["docker", "build", "-f", str(DOCKER_DIR / dockerfile), "-t", tag, *args, str(context)]
+    if (os.environ.get("DOCKER_HOST") or "unix://").split("://")[0] not in ("unix", "npipe"):
+        raise DockerError(f"images are built on the local daemon (the wheels are served to it on 127.0.0.1), "
+                          f"but DOCKER_HOST={os.environ['DOCKER_HOST']}: unset it to build here, then publish")
     tail: list[str] = []
     started = time.perf_counter()
-    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=daemon_env(None),
-                          text=True, errors="replace") as proc:
-        for line in proc.stdout:
-            tail = (tail + [line.rstrip()])[-40:]
-            if line.startswith("Step "):
-                log(f"[docker] {tag} +{time.perf_counter() - started:.0f}s: {line.strip()[:150]}")
+    with _serve_wheels(wheels_dir) as url:
+        args = [part for key, value in dict(build_args, WHEELS=url).items() for part in ("--build-arg", f"{key}={value}")]
+        # host network: the build's RUN steps reach the wheel server on loopback (and, on a user's
+        # machine, an official base's apt mirror); pip itself never looks past the locked files.
+        cmd = ["docker", "build", "--network", "host", "-f", str(DOCKER_DIR / dockerfile), "-t", tag, *args, str(context)]
+        with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=daemon_env(None),
+                              text=True, errors="replace") as proc:
+            for line in proc.stdout:
+                tail = (tail + [line.rstrip()])[-40:]
+                if line.startswith("Step "):
+                    log(f"[docker] {tag} +{time.perf_counter() - started:.0f}s: {line.strip()[:150]}")
     if proc.returncode != 0:
         shown = "\n".join(t for t in tail if t.strip())
         raise DockerError(f"docker build of {tag} failed (exit {proc.returncode}); its last lines:\n{shown}")
@@ -295,7 +334,7 @@ def build_images(entry_id: str, *, base_overrides: dict | None = None, log=print
         args.update(VERSION=versions[kind], CREATED=_created())
         log(f"[docker] building {tags[kind]} ...")
         started = time.perf_counter()
-        _build(f"{kind}.Dockerfile", tags[kind], contexts[kind], args, log=log)
+        _build(f"{kind}.Dockerfile", tags[kind], contexts[kind], args, contexts[kind].parent / f"wheels-{kind}", log=log)
         log(f"[docker] built {tags[kind]} in {time.perf_counter() - started:.0f} s")
     return tags
 

@@ -36,7 +36,11 @@ from .files import write_text_atomic
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "results" / "image_proofs.csv"
 COLUMNS = ["entry", "kind", "image", "image_id", "size_bytes", "check", "result", "detail", "git_sha", "timestamp"]
-PROVIDER = "onnxruntime/capi/libonnxruntime_providers_cuda.so"
+# onnxruntime's CUDA provider library inside an image, as a shell expression; ORT loads it after
+# libonnxruntime_providers_shared.so (RTLD_GLOBAL), which defines symbols it uses (Provider_GetHost).
+_CAPI = "$(python -c 'import onnxruntime, os; print(os.path.dirname(onnxruntime.__file__))')/capi"
+PROVIDER = f"{_CAPI}/libonnxruntime_providers_cuda.so"
+PROVIDER_SHARED = f"{_CAPI}/libonnxruntime_providers_shared.so"
 # What a CUDA-EP session says when it got as far as the driver (cudart's own messages).
 DRIVER_ANSWERS = ("stub library", "no CUDA-capable device", "CUDA driver version is insufficient",
                   "cudaErrorStubLibrary", "cudaErrorNoDevice", "cudaErrorInsufficientDriver")
@@ -77,13 +81,15 @@ def _copy_out(image: str, path: str, dest: Path) -> Path:
     return dest
 
 
-def _ldd(image: str, library_expr: str) -> Check:
+def _ldd(image: str, library_expr: str, preload: str | None = None) -> Check:
     """`ldd -r` inside the image: the loader resolves NEEDED and symbols, and runs no library code."""
-    result = _in_image(image, f'lib={library_expr}; echo "$lib"; ldd -r "$lib"')
+    first = f'LD_PRELOAD={preload} ' if preload else ""
+    result = _in_image(image, f'lib={library_expr}; echo "$lib"; {first}ldd -r "$lib"')
     out = _out(result)
     lines = out.splitlines()
     bad = [line.strip() for line in lines[1:] if any(m in line for m in ("not found", "undefined symbol"))]
     resolved = [re.sub(r"\s*\(0x[0-9a-f]+\)", "", line.strip()) for line in lines[1:] if "=>" in line]
+    resolved = [re.sub(r"/opt/venv/lib/python[\d.]+/site-packages/", "", line) for line in resolved]
     cuda = [r for r in resolved if re.match(r"lib(cu|nv)", r)]
     if result.returncode != 0 or bad or not lines:
         return Check("", False, f"{lines[0] if lines else '?'}: " + ("; ".join(bad[:6]) or out[-400:]))
@@ -107,7 +113,7 @@ from pathlib import Path
 artifacts = Path("/opt/myops/artifacts")
 model = sorted(artifacts.glob("swish-decomposed-*.onnx"))[0]
 options = ort.SessionOptions()
-options.log_severity_level = 0
+options.log_severity_level = 3
 try:
     session = ort.InferenceSession(str(model), options, providers=["CUDAExecutionProvider"])
     print("SESSION providers:", session.get_providers())
@@ -128,14 +134,15 @@ def prove_infer(entry: dict, image: str, archs: list[str], stub: Path | None) ->
                         _out(result).splitlines()[-1] if _out(result) else "no output"))
     if entry["device"] != "cuda":
         return checks
-    provider = _ldd(image, f"$(python -c 'import onnxruntime, os; print(os.path.dirname(onnxruntime.__file__))')/../{PROVIDER}")
+    provider = _ldd(image, PROVIDER, preload=PROVIDER_SHARED)
     checks.append(Check("ort-cuda-needed", provider.ok, provider.detail))
     if stub is None:
         checks.append(Check("ort-cuda-session", False, "no CUDA driver stub (libcuda.so) in the toolkit to run against"))
     else:
         result = _in_image(image, SESSION, entrypoint="python", mounts={str(stub): "/opt/driver-stub/libcuda.so.1"},
                            env={"LD_LIBRARY_PATH": "/opt/driver-stub"})
-        checks.append(_classify_session(result))
+        found = _classify_session(result)
+        checks.append(Check(found.name, found.ok, f"{found.detail} (driver stub of {stub.parent.parent.parent.name})"))
     with tempfile.TemporaryDirectory() as tmp:
         library = _copy_out(image, "/opt/myops/lib/libmyops_ort.so", Path(tmp) / "libmyops_ort.so")
         found = _archs(library, archs)
@@ -153,7 +160,9 @@ def _classify_session(result: subprocess.CompletedProcess) -> Check:
         return Check("ort-cuda-session", False, f"crashed (signal {abs(result.returncode) % 128}) after: "
                      + " | ".join(out.splitlines()[-3:])[:300])
     if said:
-        return Check("ort-cuda-session", True, f"reached the driver: {said.strip()[:300]}")
+        failure = re.search(r"CUDA failure (\d+): ([^;]+?)\s*;.*?expr=([^;]+);", out)
+        words = f"CUDA failure {failure[1]} ({failure[2]}) at {failure[3]}" if failure else said.strip()
+        return Check("ort-cuda-session", True, f"reached the driver: {words[:300]}")
     return Check("ort-cuda-session", False, "neither a driver answer nor a missing library: " + out[-300:])
 
 
@@ -223,8 +232,10 @@ def prove(entry_id: str, *, base_overrides: dict | None = None, log=print) -> li
     plan = docker.build_plan(entry, base_overrides)
     stub = None
     if entry["device"] == "cuda":
-        candidate = toolkit.home(entry) / "lib64" / "stubs" / "libcuda.so"
-        stub = candidate if candidate.exists() else None
+        # The driver stub of the entry's toolkit; CUDA 13's wheels ship none, and any CUDA's stub
+        # answers cuInit with "stub library" the same way.
+        stubs = [toolkit.home(entry) / "lib64" / "stubs" / "libcuda.so", *sorted(toolkit.ROOT.glob("*/lib64/stubs/libcuda.so"))]
+        stub = next((s for s in stubs if s.exists()), None)
         _toolkit_on_path(entry)
     now = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     sha = git_state()["git_sha"]

@@ -95,7 +95,10 @@ def _fetch_debs(entry: dict, log) -> list[Path]:
             pinned = [(name, version, None) for name, version in _deb_lock_lines(entry, apt)]
         files = []
         for name, version, digest in pinned:
+            # A file apt already fetched (and checked) here: by the lock's sha256, or by its exact name.
+            named = dest / f"{name}_{version.replace(':', '%3a')}_amd64.deb"
             existing = [p for p in dest.glob(f"{name}_*.deb") if digest and wheels.sha256(p) == digest]
+            existing += [named] if not digest and named.exists() else []
             if existing:
                 files.append(existing[0])
                 continue
@@ -175,6 +178,9 @@ def _fetch_wheels(entry: dict, log) -> list[Path]:
             found.append(house / wheel.name)
     reqs = [wheels.Requirement(r) for r in _wheel_requirements(entry)]
     wheels.write_lock(lock, entry, "toolkit", reqs, {w: None for w in found})
+    lines = lock.read_text().splitlines()
+    lines[0] = f"# {entry['id']} toolkit: {pin_text(entry)} ({wheels.describe(reqs)})"
+    write_text_atomic(lock, "\n".join(lines) + "\n")
     return found
 
 
@@ -220,6 +226,8 @@ def assemble(entry: dict, *, log=print) -> Path:
     DOWNLOADS.mkdir(parents=True, exist_ok=True)
     source = entry["toolkit"]["source"]
     files = _fetch_debs(entry, log) if source == "debian" else _fetch_wheels(entry, log)
+    if _stamp(out) == _pins_of(lock.read_text()):  # another entry with the same pins assembled it
+        return out
     log(f"[toolkit] assembling {pin_text(entry)} into {shown(out)} ...")
     ROOT.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=ROOT, prefix=f".{entry['id']}-"))
