@@ -102,7 +102,7 @@ def _fetch_debs(entry: dict, log) -> list[Path]:
             if existing:
                 files.append(existing[0])
                 continue
-            log(f"[toolkit] apt-get download {name}={version} ({suite} non-free) ...")
+            log(f"[toolkit] apt-get download {name}={version} ({suite}) ...")
             with tempfile.TemporaryDirectory(dir=DOWNLOADS) as tmp:
                 deb = apt.download(name, version, Path(tmp))
                 if digest and wheels.sha256(deb) != digest:
