@@ -25,10 +25,13 @@ from .files import write_text_atomic
 REPO = Path(__file__).resolve().parent.parent
 DOCKER_DIR = REPO / "docker"
 CONTEXT_ROOT = REPO / "build" / "docker-context"
-# Debian packages of the locally made base images (containers here cannot reach a package index).
+# The locally made base images: Debian suite and packages (containers here cannot reach a package
+# index). trixie (Python 3.13) is no entry's base: the tests run the README's commands in it.
 BASE_RECIPES = {
-    "debootstrap-runtime": ["python3", "python3-venv", "ca-certificates"],
-    "debootstrap-build": ["python3", "python3-venv", "ca-certificates", "g++", "make", "cmake", "python3-dev"],
+    "debootstrap-runtime": ("bookworm", ["python3", "python3-venv", "ca-certificates"]),
+    "debootstrap-build": ("bookworm", ["python3", "python3-venv", "ca-certificates", "g++", "make", "cmake", "python3-dev"]),
+    "debootstrap-trixie-build": ("trixie", ["python3", "python3-venv", "ca-certificates", "g++", "make", "cmake",
+                                            "python3-dev"]),
 }
 
 
@@ -91,16 +94,16 @@ def image_id(tag: str, host: str | None = None) -> str | None:
 
 
 def make_base_image(recipe: str, tag: str, *, log=print) -> None:
-    """debootstrap a minimal Debian bookworm with the recipe's packages and import it as `tag`."""
+    """debootstrap a minimal Debian of the recipe's suite with its packages and import it as `tag`."""
     if recipe not in BASE_RECIPES:
         raise DockerError(f"unknown base image recipe {recipe!r}; known: {', '.join(BASE_RECIPES)}")
     if shutil.which("debootstrap") is None:
         raise DockerError(f"base image {tag} must be made locally but debootstrap is missing: apt-get install debootstrap")
-    packages = BASE_RECIPES[recipe]
-    log(f"[docker] making base image {tag} with debootstrap ({', '.join(packages)}) ...")
+    suite, packages = BASE_RECIPES[recipe]
+    log(f"[docker] making base image {tag} with debootstrap ({suite}: {', '.join(packages)}) ...")
     with tempfile.TemporaryDirectory(prefix="rootfs-") as tmp:
         rootfs = Path(tmp) / "rootfs"
-        result = subprocess.run(["debootstrap", "--variant=minbase", f"--include={','.join(packages)}", "bookworm",
+        result = subprocess.run(["debootstrap", "--variant=minbase", f"--include={','.join(packages)}", suite,
                                  str(rootfs), debian.mirror()], capture_output=True, text=True, timeout=1800)
         if result.returncode != 0:
             raise DockerError(f"debootstrap failed for {tag}: {result.stderr.strip().splitlines()[-3:]}")
