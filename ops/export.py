@@ -293,10 +293,11 @@ def _export_dynamo(model, example, path: Path, *, lowering: str, opset: int, dyn
         verbose=False,
     )
     proto = program.model_proto
-    if build_opset != opset:
-        # Below 18 the dynamo exporter has no implementations; onnx's own converter (which keeps
-        # custom-domain nodes as they are) takes the graph down.
-        warnings.warn(f"exported at opset {build_opset}, converted to {opset} with onnx.version_converter")
+    built = next(o.version for o in proto.opset_import if o.domain in ("", "ai.onnx"))
+    if built != opset:
+        # Below 18 the dynamo exporter has no implementations, and torch 2.6 builds at 18 whatever
+        # opset it is asked for; onnx's own converter (which keeps custom-domain nodes) moves it.
+        warnings.warn(f"exported at opset {built}, converted to {opset} with onnx.version_converter")
         proto = onnx.version_converter.convert_version(proto, opset)
     onnx.save(proto, str(path))
 

@@ -64,3 +64,11 @@ def test_a_library_missing_from_the_image_fails_the_proof(proven):
     finally:
         subprocess.run(["docker", "rmi", broken], capture_output=True, env=docker.daemon_env(None))
     assert not check.ok and "libcudnn.so.9 => not found" in check.detail, check.detail
+
+
+def test_layers_1_and_2_pass_inside_train_on_the_cpu(proven):
+    """torch 2.4.1's extension (CPU kernels), TorchScript exports and onnxruntime-gpu 1.21.1's CPU EP."""
+    result = docker.run(docker.image_tags(matrix.entry(ENTRY))["train"], timeout=1800)
+    out = result.stdout.decode(errors="replace")
+    assert result.returncode == 0, out[-4000:] + result.stderr.decode(errors="replace")[-2000:]
+    assert " passed" in out and " failed" not in out, out[-2000:]
