@@ -205,6 +205,15 @@ def _check_dynamic_axes(dynamic_axes: dict) -> None:
             raise ExportError(f"dynamic_axes['{name}'] must map axis numbers 0..2 to names, e.g. {DYNAMIC_AXES}; got {axes!r}")
 
 
+def available_exporters() -> list[str]:
+    """The exporters this torch runs with the myops translation: TorchScript where it still exists,
+    dynamo where torch.onnx.export takes custom_translation_table (torch >= 2.6)."""
+    found = ["torchscript"] if hasattr(torch.onnx, "register_custom_op_symbolic") else []
+    if "custom_translation_table" in inspect.signature(torch.onnx.export).parameters:
+        found.append("dynamo")
+    return found
+
+
 def _export_torchscript(model, example, path: Path, *, lowering: str, opset: int, symbolic_opset: int = 1,
                         dynamic_axes: dict | None = None) -> None:
     if not hasattr(torch.onnx, "register_custom_op_symbolic"):
