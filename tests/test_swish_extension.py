@@ -165,3 +165,42 @@ def test_build_records_abi_and_compiler_and_is_reused(ext):
     before = library.stat().st_mtime_ns
     assert build() == library
     assert library.stat().st_mtime_ns == before, "an unchanged build must be reused, not recompiled"
+
+
+FALLBACK = r"""
+import sys, torch
+if not hasattr(torch.library, "impl_abstract"):
+    sys.exit(77)
+# What torch 2.3 lacks. (Its impl_abstract, which ops/swish.py uses for the fake kernel there, is
+# register_fake under its old name; from 2.4 it calls register_fake, so that one stays.)
+del torch.library.register_autograd
+import ops
+ops.load()
+x = torch.randn(257, dtype=torch.float64, requires_grad=True)
+assert torch.autograd.gradcheck(lambda t: torch.ops.myops.swish(t, 1.3), (x,))
+ref = x.detach().clone().requires_grad_(True)
+(ref * torch.sigmoid(1.3 * ref)).sum().backward()
+torch.ops.myops.swish(x, 1.3).sum().backward()
+torch.testing.assert_close(x.grad, ref.grad)
+with torch.device("meta"):
+    assert torch.ops.myops.swish(torch.empty(3, 4), 1.0).shape == (3, 4)
+print("torch 2.3 fallback: autograd and fake kernel work")
+"""
+
+
+def test_the_torch_2_3_fallback_registers_fake_and_autograd(ext):
+    """cuda11.8's torch 2.3 has neither register_fake nor register_autograd: ops/swish.py then uses
+    impl_abstract and its own Autograd-key kernel. That kernel runs here, with register_autograd
+    removed, in a fresh process."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = str(Path(__file__).resolve().parent.parent)
+    result = subprocess.run([sys.executable, "-c", FALLBACK], capture_output=True, text=True, cwd=repo,
+                            env=dict(os.environ, PYTHONPATH=repo))
+    if result.returncode == 77:
+        pytest.skip(f"torch {torch.__version__} no longer has impl_abstract to fall back to")
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    assert "fallback: autograd and fake kernel work" in result.stdout
