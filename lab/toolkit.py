@@ -31,7 +31,8 @@ ROOT = REPO / "build" / "cuda-toolkits"
 DOWNLOADS = REPO / "build" / "downloads"
 DEB_MARK = "deb "
 
-# Our own nvcc.profile: the standard TOP-relative layout, whatever the packages' paths were.
+# Our own nvcc.profile: the standard TOP-relative layout, whatever the packages' paths were (CUDA 13
+# keeps Thrust/CUB/libcu++ under include/cccl; Debian's packages put them in include/).
 NVCC_PROFILE = """\
 TOP              = $(_HERE_)/..
 CICC_PATH        = $(TOP)/nvvm/bin
@@ -39,6 +40,7 @@ NVVMIR_LIBRARY_DIR = $(TOP)/nvvm/libdevice
 LD_LIBRARY_PATH += $(TOP)/lib64:
 PATH            += $(CICC_PATH):$(_HERE_):
 INCLUDES        +=  "-I$(TOP)/include" $(_SPACE_)
+SYSTEM_INCLUDES +=  "-isystem" "$(TOP)/include/cccl" $(_SPACE_)
 LIBRARIES        =+ $(_SPACE_) "-L$(TOP)/lib64/stubs" "-L$(TOP)/lib64"
 CUDAFE_FLAGS    +=
 PTXAS_FLAGS     +=

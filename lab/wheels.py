@@ -294,6 +294,8 @@ def resolve(entry: dict, kind: str, house: Path, *, log=print) -> Path:
             came_from = origin.get(wheel.name)
             wheels[house / wheel.name] = came_from[1] if came_from and came_from[0] == digest else None
         verify_onnxruntime_build(entry, list(wheels), log=log)
+        if kind == "train":
+            verify_onnxscript_api(entry, list(wheels), log=log)
         write_lock(lock, entry, kind, reqs, wheels)
     log(f"[wheels] wrote {shown(lock)} ({len(wheels)} wheels)")
     return lock
@@ -392,3 +394,36 @@ def verify_onnxruntime_build(entry: dict, wheels: list[Path], *, log=print) -> N
                          f"{', '.join(cudart + cudnn) or 'no CUDA runtime'} (CUDA {found_cuda}, cuDNN {found_cudnn}), "
                          f"not CUDA {major} with cuDNN {entry['cudnn']}: pin a build for the entry's CUDA, from its own feed")
     log(f"[wheels] {ort[0].name}: CUDA provider links {', '.join(cudart + cudnn)} (CUDA {major}, cuDNN {entry['cudnn']})")
+
+
+def torch_onnxscript_api(torch_wheel: Path) -> str | None:
+    """The onnxscript module torch's dynamo exporter imports ('onnxscript._framework_apis.torch_2_11'),
+    read from torch/onnx/_internal/_lazy_import.py inside the wheel; None where torch names none."""
+    with zipfile.ZipFile(torch_wheel) as archive:
+        try:
+            text = archive.read("torch/onnx/_internal/_lazy_import.py").decode()
+        except KeyError:
+            return None
+    match = re.search(r"onnxscript\._framework_apis\.torch_\d+_\d+", text)
+    return match[0] if match else None
+
+
+def verify_onnxscript_api(entry: dict, wheels_found: list[Path], *, log=print) -> None:
+    """With the dynamo exporter, the resolved onnxscript must hold the module the resolved torch imports
+    (torch 2.11 imports torch_2_11, which onnxscript has from 0.6; 0.5.6 fails with ModuleNotFoundError)."""
+    if "dynamo" not in entry["exporters"]:
+        return
+    by_name = {wheel_name_version(w.name)[0]: w for w in wheels_found}
+    if "torch" not in by_name or "onnxscript" not in by_name:
+        return
+    module = torch_onnxscript_api(by_name["torch"])
+    if module is None:
+        return
+    wanted = module.replace(".", "/") + ".py"
+    with zipfile.ZipFile(by_name["onnxscript"]) as archive:
+        has = wanted in archive.namelist()
+    if not has:
+        raise WheelError(f"entry '{entry['id']}', field 'onnxscript': torch {entry['torch']['version']}'s dynamo exporter "
+                         f"imports {module}, which onnxscript {entry['onnxscript']} does not have: pin an onnxscript "
+                         f"that does, or drop 'dynamo' from exporters")
+    log(f"[wheels] onnxscript {entry['onnxscript']} has {module}, which torch {entry['torch']['version']} imports")

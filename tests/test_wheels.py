@@ -132,3 +132,29 @@ def test_infer_cuda_libraries_follow_the_train_lock():
         assert train_versions.get(p.name) == p.version, p
     assert train_versions["nvidia-cuda-runtime-cu12"].startswith("12.1.") and \
         train_versions["nvidia-cudnn-cu12"].startswith("9.")
+
+
+def _wheel(path, files: dict):
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, text in files.items():
+            archive.writestr(name, text)
+    return path
+
+
+def test_torch_and_onnxscript_must_agree_on_the_exporter_api(tmp_path):
+    """torch 2.11's dynamo exporter imports onnxscript._framework_apis.torch_2_11; onnxscript 0.5.6
+    has no such module (a ModuleNotFoundError at the first export). Read off the resolved wheels."""
+    torch_wheel = _wheel(tmp_path / "torch-2.11.0-cp311-cp311-manylinux_2_28_x86_64.whl", {
+        "torch/onnx/_internal/_lazy_import.py": "import onnxscript._framework_apis.torch_2_11 as onnxscript_apis\n"})
+    old = _wheel(tmp_path / "onnxscript-0.5.6-py3-none-any.whl", {"onnxscript/_framework_apis/torch_2_9.py": ""})
+    entry = dict(matrix.entry("cuda13.0"), onnxscript="0.5.6")
+    assert wheels.torch_onnxscript_api(torch_wheel) == "onnxscript._framework_apis.torch_2_11"
+    with pytest.raises(wheels.WheelError) as info:
+        wheels.verify_onnxscript_api(entry, [torch_wheel, old], log=lambda m: None)
+    assert "entry 'cuda13.0', field 'onnxscript': torch 2.11.0's dynamo exporter imports " \
+           "onnxscript._framework_apis.torch_2_11, which onnxscript 0.5.6 does not have" in str(info.value)
+    (tmp_path / "new").mkdir()
+    new = _wheel(tmp_path / "new" / "onnxscript-0.7.2-py3-none-any.whl",
+                 {"onnxscript/_framework_apis/torch_2_11.py": ""})
+    wheels.verify_onnxscript_api(entry, [torch_wheel, new], log=lambda m: None)
+    wheels.verify_onnxscript_api(dict(entry, exporters=["torchscript"]), [torch_wheel, old], log=lambda m: None)
