@@ -17,9 +17,8 @@ if ! command -v apt-get >/dev/null; then
 fi
 packages="python$version python$version-venv"
 [ "$kind" = build ] && packages="$packages python$version-dev g++ make cmake"
-apt-get update -q
-if ! DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $packages; then
-  echo "error: this base image's distribution does not offer $packages: use a base whose distribution has Python $version (matrix.yaml pins it), e.g. Ubuntu 22.04 (python3.11 in jammy-updates) or Debian bookworm" >&2
+if ! { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $packages; }; then
+  echo "error: this base image has no python$version (with venv)$( [ "$kind" = build ] && echo ', g++, make or cmake'), and apt could not install $packages (its distribution lacks them, or its mirror cannot be reached): use a base that has them, e.g. Debian bookworm or Ubuntu 22.04 (python3.11 in jammy-updates); matrix.yaml pins python $version" >&2
   exit 1
 fi
 rm -rf /var/lib/apt/lists/*

@@ -52,3 +52,20 @@ def test_readme_test_command_runs_on_python_3_13(trixie, py313_wheels):
     assert result.returncode == 0, out[-4000:]
     assert "Python 3.13" in out and "on this host's Python 3.13" in out, out[-3000:]
     assert " passed" in out and " failed" not in out, out[-2000:]
+
+
+def test_a_base_without_the_entry_python_says_what_to_do(trixie):
+    """ensure_python.sh in a base whose distribution has another Python (trixie: 3.13) and no way to
+    get 3.11 (no network): one message naming the Python and what to do; the lab's base passes."""
+    script = (REPO / "docker" / "ensure_python.sh").read_text()
+    run = ["docker", "run", "--rm", "--network", "none", "--entrypoint", "sh"]
+    bad = subprocess.run([*run, trixie, "-c", script, "ensure_python", "3.11", "build"], capture_output=True, text=True,
+                         env=docker.daemon_env(None))
+    assert bad.returncode == 1, bad.stdout + bad.stderr
+    assert "error: this base image has no python3.11 (with venv), g++, make or cmake" in bad.stderr, bad.stderr
+    assert "apt could not install python3.11 python3.11-venv" in bad.stderr and "use a base that has them" in bad.stderr
+    assert "matrix.yaml pins python 3.11" in bad.stderr
+    bookworm = docker.ensure_base_image("build", matrix.entry("cpu")["base_images"]["build"], log=lambda m: None)
+    good = subprocess.run([*run, bookworm, "-c", script, "ensure_python", "3.11", "build"], capture_output=True,
+                          text=True, env=docker.daemon_env(None))
+    assert good.returncode == 0 and "base image has python3.11, g++, make and cmake" in good.stdout, good.stderr
