@@ -44,6 +44,7 @@ PROVIDER_SHARED = f"{_CAPI}/libonnxruntime_providers_shared.so"
 # What a CUDA-EP session says when it got as far as the driver (cudart's own messages).
 DRIVER_ANSWERS = ("stub library", "no CUDA-capable device", "CUDA driver version is insufficient",
                   "cudaErrorStubLibrary", "cudaErrorNoDevice", "cudaErrorInsufficientDriver")
+STUB_DIR = "/opt/driver-stub"
 MISSING_LIBRARY = ("cannot open shared object file", "Failed to load library", "undefined symbol", "not found")
 
 
@@ -81,15 +82,20 @@ def _copy_out(image: str, path: str, dest: Path) -> Path:
     return dest
 
 
-def _ldd(image: str, library_expr: str, preload: str | None = None) -> Check:
-    """`ldd -r` inside the image: the loader resolves NEEDED and symbols, and runs no library code."""
+def _ldd(image: str, library_expr: str, preload: str | None = None, stub: Path | None = None) -> Check:
+    """`ldd -r` inside the image: the loader resolves NEEDED and symbols, and runs no library code.
+    The driver (libcuda.so.1, which newer onnxruntime builds link) comes from the host under --gpus;
+    here the toolkit's driver stub stands in for it."""
     first = f'LD_PRELOAD={preload} ' if preload else ""
-    result = _in_image(image, f'lib={library_expr}; echo "$lib"; {first}ldd -r "$lib"')
+    mounts, env = ({str(stub): f"{STUB_DIR}/libcuda.so.1"}, {"LD_LIBRARY_PATH": STUB_DIR}) if stub else ({}, {})
+    result = _in_image(image, f'lib={library_expr}; echo "$lib"; {first}ldd -r "$lib"', mounts=mounts, env=env)
     out = _out(result)
     lines = out.splitlines()
     bad = [line.strip() for line in lines[1:] if any(m in line for m in ("not found", "undefined symbol"))]
     resolved = [re.sub(r"\s*\(0x[0-9a-f]+\)", "", line.strip()) for line in lines[1:] if "=>" in line]
     resolved = [re.sub(r"/opt/venv/lib/python[\d.]+/site-packages/", "", line) for line in resolved]
+    resolved = [f"libcuda.so.1 => the driver stub (the host's driver under --gpus)" if STUB_DIR in line else line
+                for line in resolved]
     cuda = [r for r in resolved if re.match(r"lib(cu|nv)", r)]
     if result.returncode != 0 or bad or not lines:
         return Check("", False, f"{lines[0] if lines else '?'}: " + ("; ".join(bad[:6]) or out[-400:]))
@@ -134,13 +140,13 @@ def prove_infer(entry: dict, image: str, archs: list[str], stub: Path | None) ->
                         _out(result).splitlines()[-1] if _out(result) else "no output"))
     if entry["device"] != "cuda":
         return checks
-    provider = _ldd(image, PROVIDER, preload=PROVIDER_SHARED)
+    provider = _ldd(image, PROVIDER, preload=PROVIDER_SHARED, stub=stub)
     checks.append(Check("ort-cuda-needed", provider.ok, provider.detail))
     if stub is None:
         checks.append(Check("ort-cuda-session", False, "no CUDA driver stub (libcuda.so) in the toolkit to run against"))
     else:
-        result = _in_image(image, SESSION, entrypoint="python", mounts={str(stub): "/opt/driver-stub/libcuda.so.1"},
-                           env={"LD_LIBRARY_PATH": "/opt/driver-stub"})
+        result = _in_image(image, SESSION, entrypoint="python", mounts={str(stub): f"{STUB_DIR}/libcuda.so.1"},
+                           env={"LD_LIBRARY_PATH": STUB_DIR})
         found = _classify_session(result)
         checks.append(Check(found.name, found.ok, f"{found.detail} (driver stub of {stub.parent.parent.parent.name})"))
     with tempfile.TemporaryDirectory() as tmp:
@@ -232,10 +238,7 @@ def prove(entry_id: str, *, base_overrides: dict | None = None, log=print) -> li
     plan = docker.build_plan(entry, base_overrides)
     stub = None
     if entry["device"] == "cuda":
-        # The driver stub of the entry's toolkit; CUDA 13's wheels ship none, and any CUDA's stub
-        # answers cuInit with "stub library" the same way.
-        stubs = [toolkit.home(entry) / "lib64" / "stubs" / "libcuda.so", *sorted(toolkit.ROOT.glob("*/lib64/stubs/libcuda.so"))]
-        stub = next((s for s in stubs if s.exists()), None)
+        stub = driver_stub(entry)
         _toolkit_on_path(entry)
     now = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     sha = git_state()["git_sha"]
@@ -256,6 +259,21 @@ def prove(entry_id: str, *, base_overrides: dict | None = None, log=print) -> li
                          "git_sha": sha, "timestamp": now})
     _upsert(rows)
     return rows
+
+
+def driver_stub(entry: dict) -> Path | None:
+    """The driver stub (libcuda.so) of the entry's toolkit; CUDA 13's wheels ship none, so then the
+    newest other toolkit's: any stub answers cuInit with "stub library" and exports the driver API."""
+    own = toolkit.home(entry) / "lib64" / "stubs" / "libcuda.so"
+    if own.exists():
+        return own
+
+    def nvcc(stub: Path) -> tuple:
+        info = stub.parent.parent.parent / "toolkit.json"
+        version = json.loads(info.read_text())["nvcc"] if info.exists() else "0"
+        return tuple(int(p) for p in version.split("."))
+
+    return max(toolkit.ROOT.glob("*/lib64/stubs/libcuda.so"), key=nvcc, default=None)
 
 
 def _toolkit_on_path(entry: dict) -> None:
