@@ -203,7 +203,9 @@ def tests(session: nox.Session) -> None:
     entry = _entry(session, matrix.DEFAULT_ENTRY)
     _install(session, entry)
     _build(session)
-    session.run("python", "-m", "pytest", "tests", "-ra", *session.posargs)
+    # pytest options after --; test files or directories given there replace the whole suite
+    chosen = [a for a in session.posargs if a.startswith("tests")]
+    session.run("python", "-m", "pytest", *([] if chosen else ["tests"]), "-ra", *session.posargs)
 
 
 @nox.session

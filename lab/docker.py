@@ -31,7 +31,7 @@ BASE_RECIPES = {
     "debootstrap-runtime": ("bookworm", ["python3", "python3-venv", "ca-certificates"]),
     "debootstrap-build": ("bookworm", ["python3", "python3-venv", "ca-certificates", "g++", "make", "cmake", "python3-dev"]),
     "debootstrap-trixie-build": ("trixie", ["python3", "python3-venv", "ca-certificates", "g++", "make", "cmake",
-                                            "python3-dev"]),
+                                            "python3-dev", "git"]),
 }
 
 
