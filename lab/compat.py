@@ -29,7 +29,6 @@ def local_cuda(version: str) -> str | None:
 class Build:
     cuda: str          # "12" for ORT's CUDA-12 builds (they serve any 12.x), "12.1" for torch's
     cudnn: int         # cuDNN major
-    source: str        # where the fact comes from
 
 
 ORT_FEEDS = {
@@ -38,41 +37,43 @@ ORT_FEEDS = {
     "onnxruntime-cuda-12": "12",
     "onnxruntime-cuda-13": "13",
 }
-_ORT_DOCS = "onnxruntime docs, CUDA-ExecutionProvider.md#requirements"
-_ORT_PYPI_METADATA = "PyPI metadata of onnxruntime-gpu (extras 'cuda'/'cudnn' name -cu12 or -cu13 wheels)"
 
 
 def ort_cuda_build(version: str, index: str | None) -> Build | None:
-    """CUDA and cuDNN majors an onnxruntime-gpu release was built with, by version and feed."""
+    """CUDA and cuDNN majors an onnxruntime-gpu release was built with, by version and feed.
+
+    Sources: onnxruntime docs, CUDA-ExecutionProvider.md#requirements (feeds, 1.18.0 vs 1.18.1);
+    for PyPI from 1.27, the wheels' metadata (their 'cuda' extra names -cu13 wheels; 1.26.0's -cu12).
+    lab.wheels confirms it on the resolved wheel (its CUDA provider's NEEDED)."""
     v = release(version)
     feed = next((major for name, major in ORT_FEEDS.items() if index and name in index), None)
     if feed == "12":
         # 1.18.0 on the CUDA-12 feed is the last cuDNN 8 build (onnxruntime PR 20907, issue 20829)
-        return Build("12", 8 if v <= Version("1.18.0") else 9, _ORT_DOCS)
+        return Build("12", 8 if v <= Version("1.18.0") else 9)
     if feed == "11":
-        return Build("11", 8, _ORT_DOCS)
+        return Build("11", 8)
     if feed == "13":
-        return Build("13", 9, _ORT_DOCS)
+        return Build("13", 9)
     if index is not None:
         return None  # an index this table does not know: nothing to check against
     # PyPI: CUDA 11.8 + cuDNN 8 up to 1.18.x, CUDA 12 + cuDNN 9 from 1.19, CUDA 13 from 1.27
     if v < Version("1.19"):
-        return Build("11", 8, _ORT_DOCS)
+        return Build("11", 8)
     if v < Version("1.27"):
-        return Build("12", 9, _ORT_DOCS)
-    return Build("13", 9, _ORT_PYPI_METADATA + ": 1.26.0 names -cu12, 1.27.0 -cu13")
+        return Build("12", 9)
+    return Build("13", 9)
 
 
 # ---------------------------------------------------------------- torch builds
 
-_TORCH_PYPI_METADATA = "PyPI metadata of torch (its nvidia-cuda-runtime and nvidia-cudnn pins)"
 # The CUDA build PyPI serves for a torch release (no local label), from the wheels' pins.
 _TORCH_PYPI_CUDA = [("2.3", "12.1"), ("2.4", "12.1"), ("2.5", "12.4"), ("2.6", "12.4"), ("2.7", "12.6"),
                     ("2.8", "12.8"), ("2.9", "12.8"), ("2.10", "12.8"), ("2.11", "13.0")]
 
 
 def torch_cuda_build(version: str) -> Build | None:
-    """CUDA version and cuDNN major of a torch wheel: '+cuNNN' builds from a torch index, else PyPI's."""
+    """CUDA version and cuDNN major of a torch wheel: '+cuNNN' builds from a torch index, else PyPI's
+    (source: the PyPI wheels' metadata, their nvidia-cuda-runtime and nvidia-cudnn pins)."""
     v = release(version)
     cudnn = 8 if v < Version("2.4") else 9  # torch 2.3 pins nvidia-cudnn 8.9.2.26, 2.4 pins 9.1.0.70
     cuda = local_cuda(version)
@@ -83,7 +84,7 @@ def torch_cuda_build(version: str) -> Build | None:
         if not known:
             return None
         cuda = known[-1]
-    return Build(cuda, cudnn, _TORCH_PYPI_METADATA)
+    return Build(cuda, cudnn)
 
 
 # The lab's Python side registers its fake kernel and autograd with torch.library.register_fake and

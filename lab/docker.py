@@ -101,10 +101,14 @@ def make_base_image(recipe: str, tag: str, *, log=print) -> None:
         raise DockerError(f"base image {tag} must be made locally but debootstrap is missing: apt-get install debootstrap")
     suite, packages = BASE_RECIPES[recipe]
     log(f"[docker] making base image {tag} with debootstrap ({suite}: {', '.join(packages)}) ...")
+    try:
+        mirror = debian.mirror()
+    except debian.DebianError as exc:
+        raise DockerError(f"base image {tag} must be made with debootstrap: {exc}") from exc
     with tempfile.TemporaryDirectory(prefix="rootfs-") as tmp:
         rootfs = Path(tmp) / "rootfs"
         result = subprocess.run(["debootstrap", "--variant=minbase", f"--include={','.join(packages)}", suite,
-                                 str(rootfs), debian.mirror()], capture_output=True, text=True, timeout=1800)
+                                 str(rootfs), mirror], capture_output=True, text=True, timeout=1800)
         if result.returncode != 0:
             raise DockerError(f"debootstrap failed for {tag}: {result.stderr.strip().splitlines()[-3:]}")
         for junk in ("var/cache/apt/archives", "var/lib/apt/lists"):
@@ -269,9 +273,6 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
 
 def _build(dockerfile: str, tag: str, context: Path, build_args: dict, wheels_dir: Path, *, log) -> None:
     """docker build with each step shown as it starts; a failure quotes the build's last lines."""
-    if (os.environ.get("DOCKER_HOST") or "unix://").split("://")[0] not in ("unix", "npipe"):
-        raise DockerError(f"images are built on the local daemon (the wheels are served to it on 127.0.0.1), "
-                          f"but DOCKER_HOST={os.environ['DOCKER_HOST']}: unset it to build here, then publish")
     tail: list[str] = []
     started = time.perf_counter()
     with _serve_wheels(wheels_dir) as url:
@@ -306,6 +307,9 @@ def build_plan(entry: dict, base_overrides: dict | None = None) -> dict:
 
 def build_images(entry_id: str, *, base_overrides: dict | None = None, log=print) -> dict:
     """Build the entry's train and infer images; returns their tags."""
+    if (os.environ.get("DOCKER_HOST") or "unix://").split("://")[0] not in ("unix", "npipe"):
+        raise DockerError(f"images are built on the local daemon (the wheels are served to it on 127.0.0.1), "
+                          f"but DOCKER_HOST={os.environ['DOCKER_HOST']}: unset it to build here, then publish")
     require_daemon()
     entry = matrix.entry(entry_id)
     overrides = base_overrides or {}

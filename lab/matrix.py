@@ -137,6 +137,9 @@ def _cuda_problems(name: str, entry: dict) -> list[str]:
                                      f"{ort_build.cudnn}, the entry is cuDNN {cudnn}: its CUDA provider would not load; "
                                      f"pin a release built with cuDNN {cudnn}"))
     toolkit = entry["toolkit"]
+    if toolkit["source"] == "debian" and not toolkit.get("suite"):
+        problems.append(_problem(name, "toolkit.suite", "a Debian toolkit names its suite (bookworm: CUDA 11.8, "
+                                 "trixie: 12.4)"))
     toolkit_cuda = toolkit_cuda_version(toolkit)
     if compat.release(toolkit_cuda).major != major:
         problems.append(_problem(name, "toolkit.version", f"nvcc {toolkit_cuda} is CUDA {compat.release(toolkit_cuda).major}, "

@@ -6,7 +6,7 @@ ORT's Python wheels ship no headers, so they are resolved in this order:
      with the version and checksums pinned per entry in matrix.yaml (ort_headers),
   3. the official release archive, only when its sha256 is pinned below,
   4. Debian's libonnxruntime-dev package, fetched with a throw-away apt configuration that reuses
-     the Debian mirror this machine is already configured with (no install, no root needed).
+     the Debian mirror this machine is already configured with (lab.debian: no install, no root).
 Every download is checked against its pinned sha256 and lands in the cache atomically.
 """
 from __future__ import annotations
@@ -110,47 +110,19 @@ def _from_release_archive(pin: HeaderPin, cache_dir: Path, work: Path) -> Path:
     return _install_into_cache(next((work / "x").glob("*/include")), cache_dir)
 
 
-def debian_mirror() -> str:
-    """The Debian mirror this machine already uses (deb822 or one-line format)."""
-    candidates = sorted(Path("/etc/apt/sources.list.d").glob("*.sources")) + [Path("/etc/apt/sources.list")]
-    candidates += sorted(Path("/etc/apt/sources.list.d").glob("*.list"))
-    for path in candidates:
-        if not path.is_file():
-            continue
-        text = path.read_text(errors="replace")
-        for uri in re.findall(r"^URIs:\s*(\S+)", text, flags=re.M) + re.findall(r"^deb\s+(?:\[[^\]]*\]\s+)?(\S+)", text, flags=re.M):
-            if uri.rstrip("/").endswith("/debian"):
-                return uri
-    raise HeadersNotFound("no Debian mirror is configured in /etc/apt (needed to fetch libonnxruntime-dev)")
-
-
 def _from_debian(pin: HeaderPin, cache_dir: Path, work: Path) -> Path:
+    from lab.debian import Apt, DebianError, extract
+
     if not (pin.debian_package and pin.debian_sha256):
         raise HeadersNotFound("no Debian package pinned for these headers")
-    if shutil.which("apt-get") is None or shutil.which("dpkg") is None:
-        raise HeadersNotFound("apt-get/dpkg not available (not a Debian-like machine)")
-    mirror = debian_mirror()
-    (work / "lists" / "partial").mkdir(parents=True)
-    (work / "cache" / "archives" / "partial").mkdir(parents=True)
-    (work / "sources.list").write_text(
-        f"deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] {mirror} {pin.debian_suite} main\n"
-    )
-    apt = [
-        "apt-get", "-q",
-        f"-o=Dir::Etc::SourceList={work / 'sources.list'}", "-o=Dir::Etc::SourceParts=/dev/null",
-        f"-o=Dir::State::Lists={work / 'lists'}", f"-o=Dir::Cache={work / 'cache'}",
-        "-o=Debug::NoLocking=1", "-o=APT::Sandbox::User=root",
-    ]
-    for step in (["update"], ["download", f"{pin.debian_package}={pin.debian_version}"]):
-        result = subprocess.run(apt + step, cwd=work, capture_output=True, text=True, timeout=300)
-        if result.returncode != 0:
-            raise HeadersNotFound(f"apt-get {step[0]} failed: {result.stderr.strip().splitlines()[-1:]}")
-    debs = list(work.glob(f"{pin.debian_package}_*.deb"))
-    if not debs:
-        raise HeadersNotFound(f"apt-get download produced no {pin.debian_package} package")
-    if _sha256(debs[0]) != pin.debian_sha256:
-        raise HeadersNotFound(f"{debs[0].name}: sha256 mismatch (expected {pin.debian_sha256})")
-    subprocess.run(["dpkg", "-x", str(debs[0]), str(work / "x")], check=True, capture_output=True)
+    try:
+        with Apt(pin.debian_suite) as apt:
+            deb = apt.download(pin.debian_package, pin.debian_version, work)
+        if _sha256(deb) != pin.debian_sha256:
+            raise HeadersNotFound(f"{deb.name}: sha256 mismatch (expected {pin.debian_sha256})")
+        extract(deb, work / "x")
+    except DebianError as exc:
+        raise HeadersNotFound(str(exc)) from exc
     return _install_into_cache(work / "x" / "usr" / "include" / "onnxruntime", cache_dir)
 
 

@@ -46,6 +46,9 @@ def test_exact_command_for_the_unreachable_torch_index(tmp_path):
 
 def test_unreachable_index_is_named_with_what_to_do(tmp_path, monkeypatch):
     entry = matrix.entry("cuda11.8")
+    index = entry["torch"]["index"]
+    if wheels.available_versions("torch", wheels.target(entry), index) is not None:
+        pytest.skip(f"{index} answers on this machine: the unreachable case cannot be shown here")
     monkeypatch.setattr(wheels, "LOCKS", tmp_path)  # never overwrite a committed lock
     with pytest.raises(wheels.WheelError) as info:
         wheels.resolve(entry, "train", tmp_path / "house", log=lambda m: None)
@@ -58,6 +61,8 @@ def test_a_version_the_index_does_not_have_is_named(tmp_path, monkeypatch):
     """The pin the matrix used to have: onnxruntime-gpu 1.20.1 is not on PyPI (1.20.0 and 1.20.2 are)."""
     entry = matrix.entry("cuda12.4")
     entry["onnxruntime"] = dict(entry["onnxruntime"], version="1.20.1")
+    if not wheels.available_versions("onnxruntime-gpu", wheels.target(entry)):
+        pytest.skip("the configured package index does not answer here")
     monkeypatch.setattr(wheels, "LOCKS", tmp_path)
     with pytest.raises(wheels.WheelError) as info:
         wheels.resolve(entry, "infer", tmp_path / "house", log=lambda m: None)
