@@ -15,8 +15,10 @@ SMALL = ["--workload", "swish", "--runs", "3", "--warmup", "1", "--pairs", "5", 
 
 def bench_run(results: Path, *extra: str) -> subprocess.Popen:
     env = dict(os.environ, PYTHONPATH=str(REPO))
+    # A run started from a background job inherits SIGINT ignored; the user's Ctrl-C is what is tested.
     return subprocess.Popen([sys.executable, "-m", "bench.run", *SMALL, "--results", str(results), *extra], cwd=REPO,
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def test_writes_rows_targets_charts_and_summary(ext, plugin_path, tmp_path):
