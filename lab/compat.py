@@ -130,6 +130,39 @@ def ort_min_version_for_opset(opset: int) -> str | None:
 ORT_NUMPY2 = Version("1.19")
 
 
+# TF32. ORT's CUDA EP runs float32 MatMul/Gemm in TF32 on Ampere and later unless told not to; the
+# `use_tf32` provider option exists from 1.18 (onnxruntime PR 19357; measured: the string is in
+# 1.18.0's libonnxruntime_providers_cuda.so and not in 1.17.1's), and both reject an unknown provider
+# option ('Unknown provider option'). Before 1.18 only NVIDIA_TF32_OVERRIDE=0, read by cuBLAS and
+# cuDNN for the whole process, turns it off.
+ORT_USE_TF32_OPTION = Version("1.18")
+
+
+def ort_fp32_exact(version: str) -> tuple[dict[str, str], dict[str, str]]:
+    """(CUDA EP provider options, environment) that keep float32 MatMuls in full float32."""
+    if release(version) >= ORT_USE_TF32_OPTION:
+        return {"use_tf32": "0"}, {}
+    return {}, {"NVIDIA_TF32_OVERRIDE": "0"}
+
+
+# ---------------------------------------------------------------- compiling against torch
+
+# The -std torch.utils.cpp_extension passes: c++17 through 2.11; c++20 from 2.12 (pytorch PR 176659
+# changed its default), and ATen's headers stop compiling below C++20 from 2.13 (flash-attention
+# PR 2879). nvcc accepts -std=c++20 from CUDA 12.0 (CUDA 12.0 release notes); nvcc 11.8 stops at 17.
+EXTENSION_CXX20_TORCH = Version("2.12")
+NVCC_CXX20 = Version("12.0")
+
+
+def extension_cxx_standard(torch_version: str, nvcc_version: str | None = None) -> str:
+    """'c++17' or 'c++20' for an extension built against this torch (and nvcc, when it compiles CUDA)."""
+    standard = "c++20" if release(torch_version) >= EXTENSION_CXX20_TORCH else "c++17"
+    if standard == "c++20" and nvcc_version and release(nvcc_version) < NVCC_CXX20:
+        raise ValueError(f"torch {torch_version}'s headers need C++20, which nvcc {nvcc_version} cannot compile: "
+                         f"use a CUDA {NVCC_CXX20} or later toolkit, or torch before {EXTENSION_CXX20_TORCH}")
+    return standard
+
+
 # ---------------------------------------------------------------- CUDA architectures
 
 # First CUDA release whose nvcc targets an architecture (`ptxas --help` of each nvidia-cuda-nvcc

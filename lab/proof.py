@@ -125,7 +125,9 @@ model = sorted(artifacts.glob("swish-decomposed-*.onnx"))[0]
 options = ort.SessionOptions()
 options.log_severity_level = 3
 try:
-    session = ort.InferenceSession(str(model), options, providers=["CUDAExecutionProvider"])
+    # The provider options the lab's sessions pass (lab.compat.ort_fp32_exact): a release that did
+    # not know one would refuse it here, before reaching the driver.
+    session = ort.InferenceSession(str(model), options, providers=[("CUDAExecutionProvider", PROVIDER_OPTIONS)])
     print("SESSION providers:", session.get_providers())
 except Exception as exc:
     print("SESSION error:", exc)
@@ -149,7 +151,10 @@ def prove_infer(entry: dict, image: str, archs: list[str], stub: Path | None) ->
     if stub is None:
         checks.append(Check("ort-cuda-session", False, "no CUDA driver stub (libcuda.so) in the toolkit to run against"))
     else:
-        result = _in_image(image, SESSION, entrypoint="python", mounts={str(stub): f"{STUB_DIR}/libcuda.so.1"},
+        provider_options = {"arena_extend_strategy": "kSameAsRequested",
+                            **compat.ort_fp32_exact(entry["onnxruntime"]["version"])[0]}
+        script = SESSION.replace("PROVIDER_OPTIONS", repr(provider_options))
+        result = _in_image(image, script, entrypoint="python", mounts={str(stub): f"{STUB_DIR}/libcuda.so.1"},
                            env={"LD_LIBRARY_PATH": STUB_DIR})
         found = _classify_session(result)
         checks.append(Check(found.name, found.ok, f"{found.detail} (driver stub of {stub.parent.parent.parent.name})"))

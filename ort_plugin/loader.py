@@ -60,6 +60,25 @@ def register(session_options, library: str | os.PathLike | None = None) -> Path:
     return path
 
 
+def exact_providers(names, ort_version: str) -> list:
+    """Provider names -> InferenceSession's providers argument, with float32 kept float32 on the CUDA EP.
+
+    Sessions made here check numbers against float32 PyTorch; TF32 MatMuls (the CUDA EP's default on
+    Ampere and later) differ from those by about 1e-4, beyond every alignment tolerance.
+    """
+    from lab.compat import ort_fp32_exact
+
+    arguments = []
+    for name in names:
+        if name == "CUDAExecutionProvider":
+            options, environment = ort_fp32_exact(ort_version)
+            os.environ.update(environment)  # read when the CUDA EP creates its cuBLAS handle
+            arguments.append((name, options) if options else name)
+        else:
+            arguments.append(name)
+    return arguments
+
+
 def make_session(model, *, library: str | os.PathLike | None = None, providers=("CPUExecutionProvider",),
                  threads: int | None = None, optimization_level=None, profile_prefix: str | None = None):
     """An InferenceSession for `model` (path or bytes) with the plugin registered.
@@ -92,7 +111,7 @@ def make_session(model, *, library: str | os.PathLike | None = None, providers=(
     register(options, path)
     model_arg = str(model) if isinstance(model, os.PathLike) else model
     try:
-        return ort.InferenceSession(model_arg, options, providers=list(providers))
+        return ort.InferenceSession(model_arg, options, providers=exact_providers(providers, ort.__version__))
     except Exception as exc:  # onnxruntime's own exception types
         raise PluginError(f"onnxruntime could not create a session for {'the model' if isinstance(model, bytes) else model} "
                           f"with {path.name} and providers {list(providers)}: {exc}") from exc

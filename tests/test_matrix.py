@@ -123,3 +123,22 @@ def test_broken_yaml_and_unknown_entry(tmp_path):
         matrix.load(path)
     with pytest.raises(matrix.MatrixError, match="no entry 'cuda99' in matrix.yaml; entries: cpu, cuda11.8"):
         matrix.entry("cuda99")
+
+
+def test_fp32_exact_ort_settings_follow_the_release():
+    """use_tf32 from 1.18 (measured in the wheels); before it the option would be refused, so the environment."""
+    from lab.compat import ort_fp32_exact
+
+    assert ort_fp32_exact("1.18.0") == ({"use_tf32": "0"}, {})
+    assert ort_fp32_exact("1.27.0") == ({"use_tf32": "0"}, {})
+    assert ort_fp32_exact("1.17.1") == ({}, {"NVIDIA_TF32_OVERRIDE": "0"})
+
+
+def test_extension_standard_follows_torch_and_nvcc():
+    from lab.compat import extension_cxx_standard
+
+    assert extension_cxx_standard("2.3.1+cu118", "11.8") == "c++17"  # the cuda11.8 entry: nvcc 11.8 has no C++20
+    assert extension_cxx_standard("2.11.0", "13.0") == "c++17"
+    assert extension_cxx_standard("2.13.0+cpu") == "c++20"
+    with pytest.raises(ValueError, match="nvcc 11.8 cannot compile.*CUDA 12.0 or later"):
+        extension_cxx_standard("2.13.0", "11.8")
