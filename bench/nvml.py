@@ -21,12 +21,47 @@ class _Memory(ctypes.Structure):
     _fields_ = [("total", ctypes.c_ulonglong), ("free", ctypes.c_ulonglong), ("used", ctypes.c_ulonglong)]
 
 
-def _visible_index(device_id: int) -> int:
-    """NVML counts physical devices; CUDA_VISIBLE_DEVICES renumbers them for CUDA."""
-    visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
-    if device_id < len(visible) and visible[device_id].isdigit():
-        return int(visible[device_id])
-    return device_id
+CUDART_NAMES = ("libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0", "libcudart.so")
+
+
+def cuda_pci_bus_id(device_id: int) -> str | None:
+    """The PCI bus id of CUDA's device `device_id`, from the CUDA runtime (the one ORT's CUDA EP loaded), or None."""
+    for name in CUDART_NAMES:
+        try:
+            cudart = ctypes.CDLL(name)
+        except OSError:
+            continue
+        bus_id = ctypes.create_string_buffer(64)
+        if cudart.cudaDeviceGetPCIBusId(bus_id, ctypes.c_int(len(bus_id)), ctypes.c_int(device_id)) == 0:
+            return bus_id.value.decode()
+        return None
+    return None
+
+
+def nvml_selector(device_id: int, visible: str | None, device_order: str | None) -> tuple[str, object]:
+    """How NVML names CUDA's device `device_id` when the CUDA runtime cannot say: ("index", n) or ("uuid", id).
+
+    NVML numbers GPUs in PCI bus order; CUDA numbers them fastest first unless CUDA_DEVICE_ORDER is
+    PCI_BUS_ID, and CUDA_VISIBLE_DEVICES (indices or GPU-UUIDs) renumbers them again.
+    """
+    items = None if visible is None else [v.strip() for v in visible.split(",") if v.strip()]
+    if items is not None:
+        if device_id >= len(items):
+            raise NvmlUnavailable(f"CUDA_VISIBLE_DEVICES={visible!r} has no device {device_id}")
+        item = items[device_id]
+        if item.startswith("GPU-"):
+            return "uuid", item
+        if item.startswith("MIG-"):
+            raise NvmlUnavailable(f"{item} is a MIG instance: NVML's device memory would count the whole GPU")
+        if not item.isdigit():
+            raise NvmlUnavailable(f"CUDA_VISIBLE_DEVICES entry {item!r} is neither an index nor a GPU-UUID")
+        index = int(item)
+    else:
+        index = device_id
+    if device_order != "PCI_BUS_ID" and index != 0:
+        raise NvmlUnavailable(f"CUDA's device {index} need not be NVML's {index} (CUDA_DEVICE_ORDER is not PCI_BUS_ID) "
+                              "and the CUDA runtime was not found to ask: set CUDA_DEVICE_ORDER=PCI_BUS_ID")
+    return "index", index
 
 
 class DeviceMemory:
@@ -38,9 +73,25 @@ class DeviceMemory:
                                   "was started without --gpus") from None
         self._check(self._lib.nvmlInit_v2(), "nvmlInit_v2")
         self._handle = ctypes.c_void_p()
-        index = _visible_index(device_id)
-        self._check(self._lib.nvmlDeviceGetHandleByIndex_v2(ctypes.c_uint(index), ctypes.byref(self._handle)),
-                    f"nvmlDeviceGetHandleByIndex_v2({index})")
+        bus_id = cuda_pci_bus_id(device_id)
+        if bus_id is not None:
+            self.selected = f"PCI bus id {bus_id}"
+            self._check(self._lib.nvmlDeviceGetHandleByPciBusId_v2(bus_id.encode(), ctypes.byref(self._handle)),
+                        f"nvmlDeviceGetHandleByPciBusId_v2({bus_id})")
+            return
+        order = os.environ.get("CUDA_DEVICE_ORDER")
+        count = ctypes.c_uint()
+        self._check(self._lib.nvmlDeviceGetCount_v2(ctypes.byref(count)), "nvmlDeviceGetCount_v2")
+        if count.value == 1:  # one GPU: no order to get wrong
+            order = "PCI_BUS_ID"
+        kind, value = nvml_selector(device_id, os.environ.get("CUDA_VISIBLE_DEVICES"), order)
+        self.selected = f"NVML {kind} {value}"
+        if kind == "uuid":
+            self._check(self._lib.nvmlDeviceGetHandleByUUID(str(value).encode(), ctypes.byref(self._handle)),
+                        f"nvmlDeviceGetHandleByUUID({value})")
+        else:
+            self._check(self._lib.nvmlDeviceGetHandleByIndex_v2(ctypes.c_uint(value), ctypes.byref(self._handle)),
+                        f"nvmlDeviceGetHandleByIndex_v2({value})")
 
     def _check(self, status: int, call: str) -> None:
         if status != 0:

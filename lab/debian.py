@@ -34,7 +34,7 @@ def mirror() -> str:
 class Apt:
     """apt-get and apt-cache against one suite, in a scratch directory; use as a context manager."""
 
-    def __init__(self, suite: str, components: tuple[str, ...] = ("main",)):
+    def __init__(self, suite: str, components: tuple[str, ...] = ("main",), timeout_s: float = 900):
         if shutil.which("apt-get") is None or shutil.which("dpkg-deb") is None:
             raise DebianError("apt-get and dpkg-deb are needed to fetch Debian packages (a Debian-like host)")
         self.suite, self.components = suite, components
@@ -44,6 +44,7 @@ class Apt:
         (self.work / "sources.list").write_text(
             f"deb [signed-by={KEYRING}] {mirror()} {suite} {' '.join(components)}\n")
         self._updated = False
+        self.timeout_s = timeout_s
 
     def __enter__(self) -> "Apt":
         return self
@@ -52,16 +53,19 @@ class Apt:
         shutil.rmtree(self.work, ignore_errors=True)
 
     def _options(self) -> list[str]:
-        return ["-q", f"-o=Dir::Etc::SourceList={self.work / 'sources.list'}", "-o=Dir::Etc::SourceParts=/dev/null",
+        # apt's own connection timeout within ours, and no retries: a dead mirror fails once, fast.
+        network = [f"-o=Acquire::http::Timeout={max(int(self.timeout_s) // 3, 5)}", "-o=Acquire::Retries=0"] \
+            if self.timeout_s < 900 else []
+        return ["-q", *network, f"-o=Dir::Etc::SourceList={self.work / 'sources.list'}", "-o=Dir::Etc::SourceParts=/dev/null",
                 f"-o=Dir::State::Lists={self.work / 'lists'}", f"-o=Dir::Cache={self.work / 'cache'}",
                 "-o=Debug::NoLocking=1", "-o=APT::Sandbox::User=root"]
 
-    def _run(self, tool: str, *args: str, cwd: Path | None = None, timeout: int = 900) -> str:
+    def _run(self, tool: str, *args: str, cwd: Path | None = None, timeout: float | None = None) -> str:
         if not self._updated and args[0] != "update":
             self._updated = True
             self._run("apt-get", "update")
         result = subprocess.run([tool, *self._options(), *args], cwd=cwd or self.work, capture_output=True,
-                                text=True, timeout=timeout)
+                                text=True, timeout=timeout or self.timeout_s)
         if result.returncode != 0:
             tail = [line for line in result.stderr.strip().splitlines() if line.strip()][-2:]
             raise DebianError(f"{tool} {args[0]} ({self.suite} {'/'.join(self.components)}) failed: {' | '.join(tail)}")

@@ -45,11 +45,12 @@ def _run(cmd: list[str], *, log) -> str:
     return result.stdout
 
 
-def build_dir_for(cuda: str, headers_version: str, sanitize: bool = False) -> Path:
+def build_dir_for(cuda: str, headers_version: str, sanitize: bool = False, root: Path | None = None) -> Path:
+    root = root or BUILD_ROOT
     if sanitize:
         # One level deeper than the normal dirs: loader.default_library globs BUILD_ROOT/*/ only.
-        return BUILD_ROOT / "sanitize" / f"ort{headers_version}-cuda{cuda.lower()}-asan"
-    return BUILD_ROOT / f"ort{headers_version}-cuda{cuda.lower()}"
+        return root / "sanitize" / f"ort{headers_version}-cuda{cuda.lower()}-asan"
+    return root / f"ort{headers_version}-cuda{cuda.lower()}"
 
 
 def library_path(cuda: str = "AUTO", include_dir: str | None = None) -> Path:
@@ -59,15 +60,20 @@ def library_path(cuda: str = "AUTO", include_dir: str | None = None) -> Path:
 
 
 def build(*, cuda: str = "AUTO", include_dir: str | None = None, sanitize: bool = False,
-          cuda_architectures: str | None = None, log=print) -> Path:
-    """Build if needed; return the path of the plugin library (sanitize: the ASan+UBSan test build)."""
+          cuda_architectures: str | None = None, root: Path | None = None, fetch_timeout_s: float | None = None,
+          log=print) -> Path:
+    """Build if needed; return the path of the plugin library (sanitize: the ASan+UBSan test build).
+
+    root: where the build dir goes instead of BUILD_ROOT, for builds that loader.default_library must
+    never pick (one architecture only, say). fetch_timeout_s: bounds fetching missing headers.
+    """
     cuda = cuda.upper()
     if cuda not in {"ON", "OFF", "AUTO"}:
         raise BuildError(f"cuda must be ON, OFF or AUTO; got {cuda!r}")
     if shutil.which("cmake") is None:
         raise BuildError("cmake is not installed: install it (apt-get install cmake, or pip install cmake)")
-    found = ort_headers.resolve(include_dir, log=log)
-    build_dir = build_dir_for(cuda, found.version, sanitize)
+    found = ort_headers.resolve(include_dir, log=log, timeout_s=fetch_timeout_s)
+    build_dir = build_dir_for(cuda, found.version, sanitize, root)
     configure = [
         "cmake", "-S", str(PLUGIN_DIR), "-B", str(build_dir),
         "-DCMAKE_BUILD_TYPE=Release", f"-DORT_INCLUDE_DIR={found.include_dir}", f"-DMYOPS_CUDA={cuda}",

@@ -15,9 +15,12 @@ import hashlib
 import os
 import re
 import shutil
+import socket
 import subprocess
 import tarfile
 import tempfile
+import time
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -94,12 +97,31 @@ def _install_into_cache(found_include: Path, cache_dir: Path) -> Path:
     return cache_dir / "include"
 
 
-def _from_release_archive(pin: HeaderPin, cache_dir: Path, work: Path) -> Path:
+def unreachable(url: str, timeout_s: float) -> str | None:
+    """Why no connection to the host of `url` (or its proxy) opens within timeout_s, or None when one does.
+
+    A host without a network then fails in seconds, not after a download's and apt's own timeouts.
+    """
+    parsed = urllib.parse.urlsplit(url)
+    proxy = urllib.request.getproxies().get(parsed.scheme)
+    target = urllib.parse.urlsplit(proxy) if proxy and not urllib.request.proxy_bypass(parsed.hostname or "") else parsed
+    port = target.port or (443 if target.scheme == "https" else 80)
+    try:
+        with socket.create_connection((target.hostname, port), timeout=timeout_s):
+            return None
+    except OSError as exc:
+        return f"{target.hostname}:{port} cannot be reached ({exc or 'timed out'}): is this host offline?"
+
+
+def _from_release_archive(pin: HeaderPin, cache_dir: Path, work: Path, timeout_s: float = 30) -> Path:
     if not pin.archive_sha256:
         raise HeadersNotFound(f"no sha256 pinned for {pin.archive_url}; an unverified archive is not used")
+    why = unreachable(pin.archive_url, min(timeout_s, 10))
+    if why:
+        raise HeadersNotFound(why)
     archive = work / "ort.tgz"
     try:
-        with urllib.request.urlopen(pin.archive_url, timeout=30) as response, open(archive, "wb") as out:
+        with urllib.request.urlopen(pin.archive_url, timeout=timeout_s) as response, open(archive, "wb") as out:
             shutil.copyfileobj(response, out)
     except OSError as exc:
         raise HeadersNotFound(f"could not download {pin.archive_url}: {exc}") from exc
@@ -110,13 +132,16 @@ def _from_release_archive(pin: HeaderPin, cache_dir: Path, work: Path) -> Path:
     return _install_into_cache(next((work / "x").glob("*/include")), cache_dir)
 
 
-def _from_debian(pin: HeaderPin, cache_dir: Path, work: Path) -> Path:
-    from lab.debian import Apt, DebianError, extract
+def _from_debian(pin: HeaderPin, cache_dir: Path, work: Path, timeout_s: float = 900) -> Path:
+    from lab.debian import Apt, DebianError, extract, mirror
 
     if not (pin.debian_package and pin.debian_sha256):
         raise HeadersNotFound("no Debian package pinned for these headers")
     try:
-        with Apt(pin.debian_suite) as apt:
+        why = unreachable(mirror(), min(timeout_s, 10))
+        if why:
+            raise HeadersNotFound(why)
+        with Apt(pin.debian_suite, timeout_s=timeout_s) as apt:
             deb = apt.download(pin.debian_package, pin.debian_version, work)
         if _sha256(deb) != pin.debian_sha256:
             raise HeadersNotFound(f"{deb.name}: sha256 mismatch (expected {pin.debian_sha256})")
@@ -126,8 +151,10 @@ def _from_debian(pin: HeaderPin, cache_dir: Path, work: Path) -> Path:
     return _install_into_cache(work / "x" / "usr" / "include" / "onnxruntime", cache_dir)
 
 
-def resolve(include_dir: str | os.PathLike | None = None, *, pin: HeaderPin | None = None, log=print) -> Headers:
-    """Return the headers to build against, fetching them into the cache when needed."""
+def resolve(include_dir: str | os.PathLike | None = None, *, pin: HeaderPin | None = None, log=print,
+            timeout_s: float | None = None) -> Headers:
+    """Return the headers to build against, fetching them into the cache when needed (within
+    timeout_s seconds in all, when given)."""
     explicit = include_dir or os.environ.get("ORT_INCLUDE_DIR")
     if explicit:
         path = Path(explicit)
@@ -141,11 +168,16 @@ def resolve(include_dir: str | os.PathLike | None = None, *, pin: HeaderPin | No
         return Headers(cache_dir / "include", pin.version, api_version_of(cache_dir / "include"), f"cache: {cache_dir}")
 
     failures = []
-    for name, fetch in (("release archive", _from_release_archive), ("Debian package", _from_debian)):
+    deadline = time.monotonic() + timeout_s if timeout_s else None
+    for name, fetch, default_s in (("release archive", _from_release_archive, 30), ("Debian package", _from_debian, 900)):
+        left = deadline - time.monotonic() if deadline else default_s
+        if left < 1:
+            failures.append(f"  - {name}: not tried, the {timeout_s:.0f} s allowed for fetching were spent")
+            continue
         log(f"[ort_plugin] fetching onnxruntime {pin.version} headers from the {name} ...")
         with tempfile.TemporaryDirectory(prefix="ort-headers-") as work:
             try:
-                found = fetch(pin, cache_dir, Path(work))
+                found = fetch(pin, cache_dir, Path(work), min(left, default_s))
             except (HeadersNotFound, OSError, subprocess.SubprocessError) as exc:
                 failures.append(f"  - {name}: {exc}")
                 continue

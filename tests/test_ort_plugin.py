@@ -243,3 +243,23 @@ def test_same_bits_wherever_the_output_sits(plugin_path, x_offset, y_offset, n):
     y = run_into(y_offset)
     assert y.tobytes() == plain.tobytes()
     np.testing.assert_allclose(y, numpy_swish(x, 1.3), rtol=1e-5, atol=1e-6)
+
+
+def test_headers_offline_fail_in_seconds_with_the_fix(tmp_path, monkeypatch):
+    """A host without a network: both sources refused at once (a closed port here), not after
+    a download's and apt's timeouts; the message names the way out."""
+    import time
+
+    import lab.debian
+    from ort_plugin import headers
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(lab.debian, "mirror", lambda: "http://127.0.0.1:9/debian")
+    pin = headers.HeaderPin("9.99.0", "http://127.0.0.1:9/onnxruntime-9.99.0.tgz", "0" * 64,
+                            "libonnxruntime-dev", "trixie", "9.99.0", "0" * 64)
+    began = time.monotonic()
+    with pytest.raises(headers.HeadersNotFound) as caught:
+        headers.resolve(pin=pin, log=lambda m: None, timeout_s=20)
+    assert time.monotonic() - began < 10
+    text = str(caught.value)
+    assert text.count("127.0.0.1:9 cannot be reached") == 2 and "ORT_INCLUDE_DIR" in text
