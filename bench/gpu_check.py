@@ -10,8 +10,10 @@ nox. Finishes in well under 5 minutes on one GPU. Stages, each with a time budge
                tensor, the op queued on a side stream behind a busy kernel
   4 plugin     the ORT plugin's CUDA launch path vs the CPU kernel (torch.ops.myops.swish on CPU):
                the harness always, the plugin through onnxruntime's CUDA EP where that is importable
-  5 bench      PyTorch rows and the copy floor (CUDA events), rows for results/<entry>/bench.csv
-  6 targets    paired A/B ratios against the targets, results/<entry>/targets.csv
+  5 bench      PyTorch rows and the copy floor, rows for results/<entry>/bench.csv: per call (an event
+               pair around each call) and device time (batches queued behind a spin kernel,
+               bench.cuda_timing), at 8x512x768 (fits in L2) and 64x1024x1024 (DRAM)
+  6 targets    paired device-time ratios and the memory saved, results/<entry>/targets.csv
   7 write      the CSVs (only when every correctness check passed)
 
 Tolerances. Layer 1 (both sides evaluate expf on the GPU in the same order): float32 atol 1e-6,
@@ -24,18 +26,18 @@ differs there by < 4e-37); float16
 rtol 2^-10, atol 2^-24 (the same float32 value may round to neighbouring halves).
 
 Exit status: 0 when every correctness check passes (missed performance targets are reported, not
-failures), 1 when one fails, 2 when this host cannot run the check (no CUDA device, no nvcc, bad
-entry).
+failures; what the host lacks, such as an onnxruntime-gpu for its CUDA, is a SKIP with the reason),
+1 when one fails, 2 when this host cannot run the check (no CUDA device, no nvcc, bad entry).
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
 import ctypes
+import json
 import os
 import re
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -334,6 +336,8 @@ def direct_build_plan(arch: str | None, nvcc: str | None) -> tuple[dict[Path, li
     """
     from torch.utils import cpp_extension
 
+    from lab.compat import extension_cxx_standard
+    from lab.provenance import nvcc_version
     from ops import build as ops_build
 
     facts = ops_build.torch_facts()
@@ -347,11 +351,12 @@ def direct_build_plan(arch: str | None, nvcc: str | None) -> tuple[dict[Path, li
     for path in _torch_paths(cpp_extension.include_paths, device):
         includes += ["-isystem", path]
     cxx = os.environ.get("CXX", "c++")
-    # torch's headers need C++20 (cpp_extension passes -std=c++20 as well).
-    jobs = {out / "swish.o": [cxx, "-c", str(ops_build.CSRC / "swish.cpp"), "-fPIC", "-std=c++20", "-O3",
+    # The standard cpp_extension itself would pass for this torch (C++20 from 2.12; nvcc 11 stops at C++17).
+    standard = "-std=" + extension_cxx_standard(facts["torch"], nvcc_version(nvcc) if arch and nvcc else None)
+    jobs = {out / "swish.o": [cxx, "-c", str(ops_build.CSRC / "swish.cpp"), "-fPIC", standard, "-O3",
                               *defines, *openmp, *includes]}
     if arch:
-        nvcc_flags = ["-c", "-std=c++20", "-O3", "--compiler-options", "-fPIC", *defines,
+        nvcc_flags = ["-c", standard, "-O3", "--compiler-options", "-fPIC", *defines,
                       *getattr(cpp_extension, "COMMON_NVCC_FLAGS", []), f"-gencode=arch=compute_{arch},code=sm_{arch}",
                       *includes]
         jobs[out / "swish_cuda_op.o"] = [nvcc, str(ops_build.CSRC / "cuda" / "swish_cuda.cu"), *nvcc_flags]
@@ -552,21 +557,43 @@ def check_views(dtype_name: str) -> str:
     return _raise_if(failures, len(VIEWS))
 
 
+def launch_limits() -> tuple[int, int, int]:
+    """(threads per block, most blocks, bytes per vector step) of kernels/swish_cuda.cu, read off its source."""
+    text = (KERNELS / "swish_cuda.cu").read_text()
+    values = []
+    for name in ("kThreads", "kMaxBlocks", "kVecBytes"):
+        match = re.search(rf"constexpr\s+\w+\s+{name}\s*=\s*(\d+)\s*;", text)
+        if match is None:
+            raise RuntimeError(f"kernels/swish_cuda.cu no longer defines {name}: update launch_limits()")
+        values.append(int(match.group(1)))
+    return tuple(values)
+
+
+def stride_loop_size(itemsize: int) -> int:
+    """Elements for which both of the kernel's grid-stride loops go round at least twice: the vector
+    loop (packs of kVecBytes on an aligned tensor) and the scalar loop (the same tensor from offset 1)."""
+    threads, blocks, vec_bytes = launch_limits()
+    return 2 * threads * blocks * (vec_bytes // itemsize) + 5
+
+
 def check_large(dtype_name: str) -> str:
-    """2^26 + 5 elements: float32 needs more packs than the grid's 65535 x 256 threads (the stride loop)."""
+    """Tensors beyond one grid: the vector path's stride loop, then (offset 1) the scalar path's."""
     import torch
 
     dtype = getattr(torch, dtype_name)
-    n = (1 << 26) + 5
+    n = stride_loop_size(torch.empty((), dtype=dtype).element_size())
     gen = torch.Generator(device=DEVICE).manual_seed(1)
     x = (torch.randn(n, generator=gen, device=DEVICE) * 4).to(dtype)
     grad = torch.randn(n, generator=gen, device=DEVICE).to(dtype)
-    y = torch.ops.myops.swish(x, 0.5)
-    dx = torch.ops.myops.swish_backward(grad, x, 0.5)
-    y_ref, dx_ref = _reference(x, grad, 0.5)
-    _close(y, y_ref, LAYER1_TOL[dtype_name], f"forward n={n}")
-    _close(dx, dx_ref, LAYER1_TOL[dtype_name], f"backward n={n}")
-    return f"n = {n}"
+    for name, view in (("aligned", lambda t: t), ("unaligned (offset 1)", lambda t: t[1:])):
+        xv, gv = view(x), view(grad)
+        y = torch.ops.myops.swish(xv, 0.5)
+        dx = torch.ops.myops.swish_backward(gv, xv, 0.5)
+        y_ref, dx_ref = _reference(xv, gv, 0.5)
+        _close(y, y_ref, LAYER1_TOL[dtype_name], f"{name} forward n={xv.numel()}")
+        _close(dx, dx_ref, LAYER1_TOL[dtype_name], f"{name} backward n={xv.numel()}")
+        del y, dx, y_ref, dx_ref
+    return f"n = {n}, aligned and from offset 1"
 
 
 def _keep_stream_busy() -> None:
@@ -631,8 +658,8 @@ def layer1(run: Run) -> None:
         run.check("layer 1", f"random shapes x betas, fwd+bwd, {dtype_name}", lambda d=dtype_name: check_random(d))
         run.check("layer 1", f"edge values, {dtype_name}", lambda d=dtype_name: check_edges(d))
         run.check("layer 1", f"non-contiguous and unaligned views, {dtype_name}", lambda d=dtype_name: check_views(d))
-    for dtype_name in ("float32", "float16"):
-        run.check("layer 1", f"2^26+5 elements (grid-stride loop), {dtype_name}", lambda d=dtype_name: check_large(d))
+    for dtype_name in DTYPES:
+        run.check("layer 1", f"beyond one grid (both stride loops), {dtype_name}", lambda d=dtype_name: check_large(d))
     run.check("layer 1", "side stream (the op uses the current stream)", check_side_stream)
     run.check("layer 1", "float64 on CUDA rejected with a clear error", check_rejects_float64)
 
@@ -689,34 +716,55 @@ def check_harness(harness: Path | None, dtype_name: str, inputs: dict, work: Pat
     return f"{x.size} elements x {len(PLUGIN_BETAS)} betas, aligned and unaligned"
 
 
-def check_ort(setup: Setup, inputs: dict) -> str:
-    """The plugin itself, through onnxruntime's CUDA execution provider (no CPU fallback allowed)."""
+def check_ort(setup: Setup, inputs: dict, time_left: float = 60) -> str:
+    """The plugin itself, through onnxruntime's CUDA execution provider (no CPU fallback allowed).
+
+    What this host lacks (an onnxruntime-gpu for this CUDA major, cuDNN, headers offline, an
+    onnxruntime older than the plugin's headers) is a SKIP with the reason; only wrong numbers fail.
+    """
     try:
         import onnxruntime as ort
     except ImportError:
         raise Skip("onnxruntime is not importable (the harness above ran the same launch path)") from None
     if "CUDAExecutionProvider" not in ort.get_available_providers():
         raise Skip(f"onnxruntime {ort.__version__} has no CUDAExecutionProvider (the harness above ran the same launch path)")
-    try:
-        from ort_plugin.build import build
+    from lab.compat import release
 
-        library = build(cuda="ON", cuda_architectures=setup.arch, log=lambda message: None)
+    try:
+        from ort_plugin.build import INFO_FILE, build
+
+        # Its own folder: a one-architecture plugin must not become loader.default_library's pick.
+        library = build(cuda="ON", cuda_architectures=setup.arch, root=BUILD_DIR / "ort_plugin",
+                        fetch_timeout_s=min(max(time_left / 2, 5), 20), log=lambda message: None)
     except Exception as exc:  # no cmake, no pinned headers offline: the plugin cannot be built here
         raise Skip(f"plugin not built: {str(exc).splitlines()[0]}") from None
-    from ort_plugin.loader import register
+    from ort_plugin.library_info import read_library
+    from ort_plugin.loader import exact_providers, register
     from ort_plugin.onnx_file import one_node_model
 
+    headers = str(json.loads((library.parent / INFO_FILE).read_text()).get("ort_headers_version", ""))
+    if headers and release(ort.__version__) < release(headers):
+        raise Skip(f"onnxruntime {ort.__version__} is older than the headers the plugin is built against ({headers}): "
+                   f"it cannot load the plugin; install onnxruntime-gpu {headers} or newer")
+    api = read_library(library).api_version
     for dtype_name, x in inputs.items():
         options = ort.SessionOptions()
         options.log_severity_level = 3
         # A node ORT cannot place on CUDA must fail the session, not fall back to the CPU kernel.
         options.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
         register(options, library)
-        session = ort.InferenceSession(one_node_model("myops", "Swish", element_type=dtype_name), options,
-                                       providers=["CUDAExecutionProvider"])
+        try:
+            session = ort.InferenceSession(one_node_model("myops", "Swish", element_type=dtype_name), options,
+                                           providers=exact_providers(["CUDAExecutionProvider"], ort.__version__))
+        except Exception as exc:  # the CUDA EP could not start: another CUDA major, no cuDNN, no device access
+            raise Skip(f"onnxruntime {ort.__version__} could not start its CUDA EP here: "
+                       f"{str(exc).strip().splitlines()[0][:300]}") from None
+        if session.get_providers()[0] != "CUDAExecutionProvider":
+            raise Skip(f"onnxruntime {ort.__version__} fell back to {session.get_providers()}: its CUDA EP did not load "
+                       "(check `python -m ort_plugin.runner doctor`)")
         (y,) = session.run(None, {"x": x})
         _close_np(y, cpu_kernel(x, 1.0), PLUGIN_TOL[dtype_name], f"ORT CUDA EP, {dtype_name}")
-    return f"onnxruntime {ort.__version__}, float32 and float16, beta 1"
+    return f"onnxruntime {ort.__version__}, plugin API {api}, float32 and float16, beta 1"
 
 
 def plugin_stage(run: Run, setup: Setup, harness: Path | None) -> None:
@@ -725,7 +773,8 @@ def plugin_stage(run: Run, setup: Setup, harness: Path | None) -> None:
         for dtype_name in ("float32", "float16"):
             run.check("plugin", f"plugin launch path (harness) vs CPU kernel, {dtype_name}",
                       lambda d=dtype_name: check_harness(harness, d, inputs, Path(tmp)))
-    run.check("plugin", "plugin through onnxruntime CUDAExecutionProvider vs CPU kernel", lambda: check_ort(setup, inputs))
+    run.check("plugin", "plugin through onnxruntime CUDAExecutionProvider vs CPU kernel",
+              lambda: check_ort(setup, inputs, run.left()))
 
 
 # ---------------------------------------------------------------- benchmark rows and targets
@@ -789,8 +838,9 @@ def make_row(setup: Setup, args, workload: str, shape, dtype_name: str, row: str
     return {
         "entry": setup.entry, "workload": workload, "row": row, "dtype": dtype_name, "shape": "x".join(map(str, shape)),
         "beta": args.beta, "opset": None, "exporter": None, "ort_opt_level": None, "ort_graph_nodes": graph,
-        "execution_provider": PROVIDER, "threads": None, "warmup": args.warmup, "runs": args.runs,
+        "execution_provider": PROVIDER, "tf32": torch_tf32(), "threads": None, "warmup": args.warmup, "runs": args.runs,
         "p20_ms": measured["p20_ms"], "p50_ms": measured["p50_ms"], "p80_ms": measured["p80_ms"],
+        "device_ms": measured.get("device_ms"), "timing_method": measured.get("timing_method"),
         "peak_mb": measured["peak_mb"], "memory_method": measured["memory_method"], "bytes_moved": bytes_moved,
         "gb_per_s": None, "fraction_of_copy": None, "custom_node_share": None,
         "torch": facts.get("torch"), "onnx": facts.get("onnx"), "onnxruntime": facts.get("onnxruntime"),
@@ -800,13 +850,22 @@ def make_row(setup: Setup, args, workload: str, shape, dtype_name: str, row: str
     }
 
 
-def derive(rows: list[dict]) -> None:
-    """GB/s from the least bytes each row must move; fraction of the copy's GB/s (same workload and dtype).
+def torch_tf32() -> str:
+    """The TF32 setting the torch rows ran with (float32 matmuls; the activation itself has none)."""
+    import torch
 
-    For forward rows (same bytes as the copy) that is the copy's p50 over the row's, as on the CPU.
+    return "on" if torch.backends.cuda.matmul.allow_tf32 else "off (torch.backends.cuda.matmul.allow_tf32=False)"
+
+
+def derive(rows: list[dict]) -> None:
+    """GB/s from the least bytes each row must move over its device time; fraction of the copy's GB/s
+    (same workload and dtype). For forward rows (same bytes as the copy) that is the copy's device
+    time over the row's.
     """
+    from .rows import kernel_ms
+
     def rate(r):  # bytes per second
-        return r["bytes_moved"] / (r["p50_ms"] * 1e-3) if r["p50_ms"] > 0 else None
+        return r["bytes_moved"] / (kernel_ms(r) * 1e-3) if kernel_ms(r) > 0 else None
 
     copies = {(r["workload"], r["dtype"]): rate(r) for r in rows if r["row"] == "torch_copy"}
     for r in rows:
@@ -840,8 +899,9 @@ def bench_stage(run: Run, setup: Setup, args) -> list[dict]:
                     continue
                 rows.append(make_row(setup, args, workload, shape, dtype_name, row, graph,
                                      per_element * x.numel() * itemsize, measured))
-                log(f"  {workload:11} {dtype_name:8} {row:24} p50 {measured['p50_ms']:8.4f} ms "
-                    f"(p20 {measured['p20_ms']:.4f}, p80 {measured['p80_ms']:.4f}), peak {measured['peak_mb']:8.1f} MiB")
+                log(f"  {workload:11} {dtype_name:8} {row:24} per call p50 {measured['p50_ms']:8.4f} ms "
+                    f"(p20 {measured['p20_ms']:.4f}, p80 {measured['p80_ms']:.4f}), device {measured['device_ms']:8.4f} ms, "
+                    f"peak {measured['peak_mb']:8.1f} MiB")
             del x, grad
             torch.cuda.empty_cache()
     if skipped:
@@ -851,38 +911,11 @@ def bench_stage(run: Run, setup: Setup, args) -> list[dict]:
     return rows
 
 
-def paired_speedup(fast, slow, pairs: int, warmup: int = 10) -> float:
-    """Median over pairs of t(slow) / t(fast), each pair back to back on the stream, CUDA events.
-
-    The order alternates between pairs, so that neither side always runs first.
-    """
-    import torch
-
-    for _ in range(warmup):
-        fast()
-        slow()
-    torch.cuda.synchronize()
-    marks = []
-    for i in range(pairs):
-        events = [torch.cuda.Event(enable_timing=True) for _ in range(3)]
-        first, second = (fast, slow) if i % 2 == 0 else (slow, fast)
-        events[0].record()
-        first()
-        events[1].record()
-        second()
-        events[2].record()
-        marks.append((i % 2 == 0, events))
-    torch.cuda.synchronize()
-    ratios = []
-    for fast_first, (a, b, c) in marks:
-        t_first, t_second = a.elapsed_time(b), b.elapsed_time(c)
-        t_fast, t_slow = (t_first, t_second) if fast_first else (t_second, t_first)
-        ratios.append(t_slow / max(t_fast, 1e-6))
-    return statistics.median(ratios)
-
-
 def targets_stage(run: Run, setup: Setup, args) -> list[dict]:
+    """Paired ratios of device time (bench.cuda_timing), each pair's two batches behind one spin."""
     import torch
+
+    from .cuda_timing import paired_device_ratio
 
     shape = dict(WORKLOADS)[TARGET_WORKLOAD]
     needed = {row for _, fast, slow, _ in TARGETS for row in (fast, slow)}
@@ -895,7 +928,7 @@ def targets_stage(run: Run, setup: Setup, args) -> list[dict]:
         calls = {row: make() for row, _, _, make in row_plan(x, grad, args.beta) if row in needed}
         for name, fast, slow, limit in TARGETS:
             try:
-                ratio = paired_speedup(calls[fast], calls[slow], args.pairs)
+                ratio = paired_device_ratio(calls[fast], calls[slow], args.pairs)
             except Exception as exc:  # reported, like a missed target, not a correctness failure
                 run.notes.append(f"targets: {name}, {dtype_name} failed: {type(exc).__name__}: {exc}")
                 continue
@@ -908,6 +941,31 @@ def targets_stage(run: Run, setup: Setup, args) -> list[dict]:
             log(f"  {results[-1]['target']:90} {ratio:6.3f}  ({target_status(ratio, limit)})")
         del calls, x, grad
         torch.cuda.empty_cache()
+    return results
+
+
+def memory_targets(setup: Setup, rows: list[dict]) -> list[dict]:
+    """The fused op's peak memory below the composite's by at least one activation tensor (TARGET_WORKLOAD).
+
+    The composite keeps beta*x and sigmoid(beta*x) alive next to its output; the op, only its output.
+    The ratio is the memory saved over one tensor's size.
+    """
+    results = []
+    for dtype_name in DTYPES:
+        peaks = {r["row"]: r for r in rows if r["workload"] == TARGET_WORKLOAD and r["dtype"] == dtype_name}
+        if "torch_composite" not in peaks or "torch_extension" not in peaks:
+            continue
+        tensor_mb = peaks["torch_extension"]["bytes_moved"] / 2 / 2**20  # forward rows move x in and y out
+        saved = float(peaks["torch_composite"]["peak_mb"]) - float(peaks["torch_extension"]["peak_mb"])
+        ratio = saved / tensor_mb
+        results.append({
+            "entry": setup.entry, "target": f"fused peak memory below the composite's, in activation tensors, "
+            f"{dtype_name} {peaks['torch_extension']['shape']}", "numerator": "torch_composite peak - torch_extension peak",
+            "denominator": f"one tensor ({tensor_mb:.1f} MiB)", "median_ratio": round(ratio, 4), "limit": ">= 1.0",
+            "holds": ratio >= 1.0, "pairs": None, "threads": None, "opset": None,
+            "git_sha": setup.facts.get("git_sha"), "timestamp": setup.facts.get("timestamp"),
+        })
+        log(f"  {results[-1]['target']:90} {ratio:6.3f}  ({target_status(ratio, 1.0)})")
     return results
 
 
@@ -1013,7 +1071,7 @@ def main(argv: list[str] | None = None) -> int:
     with run.stage("bench"):
         rows = bench_stage(run, setup, args)
     with run.stage("targets"):
-        targets = targets_stage(run, setup, args)
+        targets = targets_stage(run, setup, args) + memory_targets(setup, rows)
     with run.stage("write"):
         if run.failed:
             log("not writing results: a correctness check failed (see the summary)")

@@ -4,18 +4,25 @@
 
 A fresh process per row keeps peak-memory figures from leaking between rows. ORT rows never
 import torch: they measure what the inference side really is. With "execution_provider":
-"CUDAExecutionProvider" an ORT row keeps x and y on the GPU (io binding), is timed on the host
-between two stream synchronisations (no torch for CUDA events; what an ORT caller waits for) and
-takes its memory from NVML (bench.nvml).
+"CUDAExecutionProvider" an ORT row keeps x and y on the GPU (io binding), float32 MatMuls in float32
+(no TF32), and reports two times: per call, on the host between two stream synchronisations (what an
+ORT caller waits for, ORT's per-run overhead included), and per run of a batch queued without
+synchronisations (the device time once the GPU is the bottleneck). Its memory comes from NVML
+(bench.nvml), after a first run that pays the EP's one-off costs.
 """
 from __future__ import annotations
 
 import json
 import os
+import statistics
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
+
+import numpy as np
 
 from .workloads import WORKLOADS, percentiles_ms
 
@@ -81,18 +88,25 @@ class RowError(RuntimeError):
     """A row that cannot be measured here; the message says what to do."""
 
 
-def _ort_providers(spec: dict, ort) -> list:
+def _ort_providers(spec: dict, ort) -> tuple[list, str | None]:
+    """The providers argument of a row's session, and its TF32 setting (None on the CPU)."""
     provider = spec.get("execution_provider", "CPUExecutionProvider")
     if provider == "CPUExecutionProvider":
-        return [provider]
+        return [provider], None
     if provider != CUDA_EP:
         raise RowError(f"execution provider {provider!r} is not benchmarked (CPUExecutionProvider, {CUDA_EP})")
     if CUDA_EP not in ort.get_available_providers():
         raise RowError(f"onnxruntime {ort.__version__} here has no {CUDA_EP} (it has {ort.get_available_providers()}): "
                        "install onnxruntime-gpu for this CUDA major, or run the CUDA entry's infer image with --gpus all")
+    from lab.compat import ort_fp32_exact
+
+    # float32 MatMuls in float32, as PyTorch's default does, so that ORT and torch rows do the same math.
+    exact, environment = ort_fp32_exact(ort.__version__)
+    os.environ.update(environment)
+    tf32 = "off (" + ", ".join(f"{k}={v}" for k, v in {**exact, **environment}.items()) + ")"
     # kSameAsRequested: the arena grows by what is asked, so its growth is the row's memory (the
     # default rounds every extension up to a power of two).
-    return [(CUDA_EP, {"device_id": 0, "arena_extend_strategy": "kSameAsRequested"})]
+    return [(CUDA_EP, {"device_id": "0", "arena_extend_strategy": "kSameAsRequested", **exact})], tf32
 
 
 def _check_plugin_serves(spec: dict) -> None:
@@ -109,7 +123,22 @@ def _check_plugin_serves(spec: dict) -> None:
                        "(its infer image, or `python -m ort_plugin.build --cuda ON`)")
 
 
-def _ort_callable(spec: dict, x_np, work: Path):
+@dataclass
+class OrtRow:
+    call: Callable            # one run as a caller makes it: inputs synchronised, run, outputs synchronised
+    graph: str                # the node types ORT ran
+    session: object
+    tf32: str | None
+    first_call: Callable      # the untimed call that pays the session's one-off costs
+    batch: Callable | None    # batch(k): k runs without a synchronisation between them (io binding only)
+
+
+# A run option, not a session option: unknown keys are ignored, so on a release without it every run
+# synchronises and the batch is a per-call time again (an upper bound of the device time).
+NO_SYNC_BETWEEN_RUNS = "disable_synchronize_execution_providers"
+
+
+def _ort_row(spec: dict, x_np, work: Path) -> OrtRow:
     import onnxruntime as ort
 
     options = ort.SessionOptions()
@@ -123,7 +152,7 @@ def _ort_callable(spec: dict, x_np, work: Path):
     if spec.get("profile_prefix"):
         options.enable_profiling = True
         options.profile_file_prefix = spec["profile_prefix"]
-    providers = _ort_providers(spec, ort)
+    providers, tf32 = _ort_providers(spec, ort)
     on_gpu = spec.get("execution_provider") == CUDA_EP
     if on_gpu:
         # Every node on the GPU or no session: a silent CPU fallback would be measured as the GPU row.
@@ -139,13 +168,20 @@ def _ort_callable(spec: dict, x_np, work: Path):
     except Exception as exc:  # onnxruntime's own exception types
         raise RowError(f"onnxruntime could not create a session for {spec['model_path']} on "
                        f"{[p if isinstance(p, str) else p[0] for p in providers]}: {exc}") from exc
+    graph = _graph_nodes(work / "optimized.onnx")
+    input_name = session.get_inputs()[0].name
     if not (on_gpu or spec.get("io_binding")):
-        feed = {session.get_inputs()[0].name: x_np}
-        return (lambda: session.run(None, feed)), _graph_nodes(work / "optimized.onnx"), session
+        feed = {input_name: x_np}
+
+        def run():
+            return session.run(None, feed)
+
+        return OrtRow(run, graph, session, tf32, run, None)
     device = "cuda" if on_gpu else "cpu"
     binding = session.io_binding()
-    binding.bind_ortvalue_input(session.get_inputs()[0].name, ort.OrtValue.ortvalue_from_numpy(x_np, device, 0))
-    binding.bind_output(session.get_outputs()[0].name, device, 0)
+    output_name = session.get_outputs()[0].name
+    binding.bind_output(output_name, device, 0)
+    x_device = ort.OrtValue.ortvalue_from_numpy(x_np, device, 0)
 
     def call():  # timed on the host between two synchronisations: torch-free, and what an ORT caller waits
         binding.synchronize_inputs()
@@ -153,7 +189,28 @@ def _ort_callable(spec: dict, x_np, work: Path):
         binding.synchronize_outputs()
         return binding
 
-    return call, _graph_nodes(work / "optimized.onnx"), session
+    def first_call():
+        # On a one-row input (batch and sequence are dynamic): the EP's stream, library handles and
+        # workspace come into being, while the arena grows by a sliver only; then the real input.
+        small = ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(x_np[:1, :1]), device, 0)
+        binding.bind_ortvalue_input(input_name, small)
+        call()
+        binding.bind_ortvalue_input(input_name, x_device)
+        binding.clear_binding_outputs()  # the small output stays bound otherwise, and the real run refuses it
+        binding.bind_output(output_name, device, 0)
+
+    no_sync = ort.RunOptions()
+    no_sync.add_run_config_entry(NO_SYNC_BETWEEN_RUNS, "1")
+
+    def batch(runs: int):
+        binding.synchronize_inputs()
+        for _ in range(runs):
+            session.run_with_iobinding(binding, no_sync)
+        binding.synchronize_outputs()
+        return binding
+
+    binding.bind_ortvalue_input(input_name, x_device)
+    return OrtRow(call, graph, session, tf32, first_call, batch)
 
 
 def _graph_nodes(path: Path) -> str:
@@ -227,8 +284,9 @@ TORCH_MEMORY_METHOD = ("peak RSS above baseline (VmHWM reset) in a separate proc
                        "tensors mmapped: live bytes only")
 
 
-ORT_CUDA_MEMORY_METHOD = ("NVML device memory used after the timed runs minus before the first run (ORT's CUDA "
-                          "arena, kSameAsRequested, only grows; the whole device is counted)")
+ORT_CUDA_MEMORY_METHOD = ("NVML device memory used after the timed runs minus after a first run on a one-row input "
+                          "(which pays the EP's handles and workspace; ORT's CUDA arena, kSameAsRequested, only grows; "
+                          "the whole device is counted)")
 
 
 def _gpu_memory_probe():
@@ -249,25 +307,46 @@ def _ort_cuda_version() -> str | None:
     return getattr(build_and_package_info, "cuda_version", None)
 
 
+HOST_TIMING_METHOD = "per call: host clock around each call"
+ORT_CUDA_TIMING_METHOD = ("per call: host clock around synchronize inputs, run, synchronize outputs (ORT's per-run "
+                          "overhead included); device: {calls} runs without a synchronisation between them, host "
+                          "clock, median over {batches} batches / {calls} (the GPU's time per run when it, not the "
+                          "launches, is the bottleneck; otherwise an upper bound)")
+
+
+def batched_ms(batch: Callable, calls: int = 20, batches: int = 10) -> float:
+    """Median milliseconds per run of batch(calls), over `batches` batches."""
+    per_run = []
+    for _ in range(batches):
+        start = time.perf_counter()
+        batch(calls)
+        per_run.append((time.perf_counter() - start) * 1e3 / calls)
+    return statistics.median(per_run)
+
+
 def measure(spec: dict) -> dict:
     if spec.get("memory_probe"):
         _mmap_large_blocks()
     workload = WORKLOADS[spec["workload"]]
     x_np = workload.input(seed=0)
     with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
-        session = None
+        session, tf32, ort_row = None, None, None
         if spec["row"] in TORCH_ROWS:
             call, graph = _torch_callable(spec, x_np)
             provider = "torch-cpu"
         else:
-            call, graph, session = _ort_callable(spec, x_np, Path(tmp))
+            ort_row = _ort_row(spec, x_np, Path(tmp))
+            call, graph, session, tf32 = ort_row.call, ort_row.graph, ort_row.session, ort_row.tf32
             provider = spec.get("execution_provider", "CPUExecutionProvider")
         on_gpu = provider == CUDA_EP
         if spec.get("memory_probe"):
             # One untimed call first: PyTorch's one-time start-up (OpenMP threads, allocator pools) is
-            # not the row's memory. ORT rows keep it in: their arena holds the blocks, which is their cost.
+            # not the row's memory. ORT rows on the CPU keep it in: their arena holds the blocks, which is their cost.
             call()
         if on_gpu:
+            # The CUDA EP creates its stream, cuBLAS/cuDNN handles and workspace in the first run: one-off
+            # costs, not the row's memory, so the baseline is read after a first run on a tiny input.
+            ort_row.first_call()
             read_used, memory_method = _gpu_memory_probe()
             baseline = read_used() if read_used else 0
         else:
@@ -280,7 +359,10 @@ def measure(spec: dict) -> dict:
             start = time.perf_counter()
             call()
             times.append(time.perf_counter() - start)
+        device_ms, timing_method = None, HOST_TIMING_METHOD
         if on_gpu:
+            device_ms = round(batched_ms(ort_row.batch), 5)
+            timing_method = ORT_CUDA_TIMING_METHOD.format(calls=20, batches=10)
             peak_mb = round(max(read_used() - baseline, 0) / 2**20, 2) if read_used else None
         else:
             peak_mb = round(max(_status_kib("VmHWM") * 1024 - baseline, 0) / 2**20, 2)
@@ -288,10 +370,13 @@ def measure(spec: dict) -> dict:
             peak_mb, memory_method = torch_peak_mb(spec), TORCH_MEMORY_METHOD
         result = {
             **percentiles_ms(times),
+            "device_ms": device_ms,
+            "timing_method": timing_method,
             "peak_mb": peak_mb,
             "memory_method": memory_method,
             "graph": graph,
             "execution_provider": provider,
+            "tf32": tf32,
         }
         if on_gpu:
             result["cuda"] = _ort_cuda_version()
@@ -310,12 +395,16 @@ CUDA_MEMORY_METHOD = "torch.cuda.max_memory_allocated above memory_allocated at 
 
 
 def measure_cuda(call, warmup: int, runs: int) -> dict:
-    """Time `call` on the current CUDA stream: an event pair around each run, read after one sync.
+    """Time `call` on the current CUDA stream two ways (bench.cuda_timing): per call, an event pair
+    around each run read after one sync (what a caller waits for, dispatch included); and the device
+    time per call, from batches queued behind a spin kernel.
 
-    Host timers would measure launches, not kernels. Peak memory is the caching allocator's
-    high-water mark above what was allocated when the row started (inputs and saved tensors).
+    Peak memory is the caching allocator's high-water mark above what was allocated when the row
+    started (inputs and saved tensors).
     """
     import torch
+
+    from .cuda_timing import PER_CALL_METHOD, device_ms
 
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
@@ -331,8 +420,9 @@ def measure_cuda(call, warmup: int, runs: int) -> dict:
     torch.cuda.synchronize()
     seconds = [start.elapsed_time(end) * 1e-3 for start, end in events]  # elapsed_time is in ms
     peak = torch.cuda.max_memory_allocated() - baseline
-    return {**percentiles_ms(seconds), "peak_mb": round(max(peak, 0) / 2**20, 2),
-            "memory_method": CUDA_MEMORY_METHOD}
+    device, device_method = device_ms(call)
+    return {**percentiles_ms(seconds), "device_ms": round(device, 5), "timing_method": f"{PER_CALL_METHOD}; {device_method}",
+            "peak_mb": round(max(peak, 0) / 2**20, 2), "memory_method": CUDA_MEMORY_METHOD}
 
 
 def main(argv: list[str]) -> int:

@@ -69,21 +69,27 @@ def _mb(value) -> str:
 
 
 def summary_table(rows: list[dict], workload: str, value: str, key: str = "opset") -> list[str]:
+    """One workload's rows as a markdown table. Where rows have a device time (GPU rows), it gets a
+    column, and ratios and bandwidth use it; the per-call time is what a caller waits for."""
     rows = [r for r in rows if r["workload"] == workload]
     base = _pick(rows, "torch_composite", "", key, value)
-    lines = ["| implementation | p50 ms (p20-p80) | peak MB | vs PyTorch composite | GB/s | of copy floor | graph ORT ran |",
-             "|---|---|---|---|---|---|---|"]
+    device = any(_f(r.get("device_ms")) for r in rows)
+    time_of = (lambda r: _f(r.get("device_ms")) or float(r["p50_ms"])) if device else (lambda r: float(r["p50_ms"]))
+    header = "| implementation | " + ("per call p50 ms (p20-p80) | device ms" if device else "p50 ms (p20-p80)")
+    lines = [header + " | peak MB | vs PyTorch composite | GB/s | of copy floor | graph ORT ran |",
+             "|---|---|" + ("---|" if device else "") + "---|---|---|---|---|"]
     for label, row, level in ALL_ROWS:
         r = _pick(rows, row, level, key, value)
         if r is None:
             continue
         p50 = float(r["p50_ms"])
         base_row = _pick(rows, "torch_composite_backward", "", key, value) if row.endswith("_backward") else base
-        ratio = f"{p50 / float(base_row['p50_ms']):.2f}x" if base_row else "-"
+        ratio = f"{time_of(r) / time_of(base_row):.2f}x" if base_row else "-"
         copy = f"{float(r['fraction_of_copy']):.2f}" if _f(r["fraction_of_copy"]) else "-"
         graph = r["ort_graph_nodes"] if row.startswith("ort_") else "-"
-        lines.append(f"| {label} | {p50:.3f} ({float(r['p20_ms']):.3f}-{float(r['p80_ms']):.3f}) | {_mb(r['peak_mb'])} "
-                     f"| {ratio} | {_f(r['gb_per_s']) or 0:.1f} | {copy} | {graph} |")
+        device_cell = (f" | {_f(r.get('device_ms')):.4f}" if _f(r.get("device_ms")) else " | -") if device else ""
+        lines.append(f"| {label} | {p50:.3f} ({float(r['p20_ms']):.3f}-{float(r['p80_ms']):.3f}){device_cell} "
+                     f"| {_mb(r['peak_mb'])} | {ratio} | {_f(r['gb_per_s']) or 0:.1f} | {copy} | {graph} |")
     return lines
 
 
@@ -215,13 +221,16 @@ def _gpu_summary(entry: str, rows: list[dict], targets: list[dict], dtypes: list
              f"Device: {first['device']}, driver {first['driver']}; torch {first['torch']} (CUDA {first['cuda']}); "
              f"git {first['git_sha'][:12]}{' (dirty)' if first['git_dirty'] == 'True' else ''}; measured {first['timestamp']} "
              "by `python -m bench.gpu_check`.", "",
-             "Latency: median (p50) of timed runs after warm-ups, CUDA events around each run, read after one "
-             f"synchronisation. Memory: {first['memory_method']}. GB/s: the least bytes a row must move (forward: read "
-             "x, write y; backward: read grad and x, write dx) over p50; 'of copy floor' is the row's GB/s over the "
-             "copy's. Backward rows compare with the composite's autograd.", "",
+             f"Timing: {first.get('timing_method') or 'CUDA events around each run'}. Per call is what a caller "
+             "waits for (dispatch and launch included); device is what the GPU spends. Memory: "
+             f"{first['memory_method']}. GB/s: the least bytes a row must move (forward: read x, write y; backward: "
+             "read grad and x, write dx) over the device time; 'of copy floor' is the row's GB/s over the copy's; "
+             "ratios compare device times. Backward rows compare with the composite's autograd. TF32: "
+             f"{first.get('tf32') or 'not recorded'}.", "",
              *([f"ONNX Runtime rows (the infer image's `bench` on this host, onnxruntime {ort_rows[0]['onnxruntime']}, "
-                f"opset {ort_rows[0]['opset']}, CUDA EP with io binding): timed on the host between two stream "
-                f"synchronisations; memory: {ort_rows[0]['memory_method']}; 'of copy floor' against ORT's Identity.", ""]
+                f"opset {ort_rows[0]['opset']}, CUDA EP with io binding, TF32 {ort_rows[0].get('tf32') or 'not recorded'}): "
+                f"{ort_rows[0].get('timing_method') or 'timed on the host between two stream synchronisations'}; "
+                f"memory: {ort_rows[0]['memory_method']}; 'of copy floor' against ORT's Identity.", ""]
                if ort_rows else []),
              "![latency](latency.png)", "", "![memory](memory.png)", ""]
     for workload in workloads(rows):

@@ -10,7 +10,8 @@ from .workloads import WORKLOADS
 
 COLUMNS = [
     "entry", "workload", "row", "dtype", "shape", "beta", "opset", "exporter", "ort_opt_level", "ort_graph_nodes",
-    "execution_provider", "threads", "warmup", "runs", "p20_ms", "p50_ms", "p80_ms", "peak_mb", "memory_method",
+    "execution_provider", "tf32", "threads", "warmup", "runs", "p20_ms", "p50_ms", "p80_ms", "device_ms",
+    "timing_method", "peak_mb", "memory_method",
     "bytes_moved", "gb_per_s", "fraction_of_copy", "custom_node_share", "torch", "onnx", "onnxruntime", "cuda",
     "driver", "device", "git_sha", "git_dirty", "image", "timestamp",
 ]
@@ -48,8 +49,9 @@ def record(entry: str, spec: dict, measured: dict, facts: dict) -> dict:
         "shape": "x".join(map(str, WORKLOADS[spec["workload"]].shape)), "beta": spec["beta"],
         "opset": spec.get("opset"), "exporter": spec.get("exporter"), "ort_opt_level": spec.get("ort_opt_level"),
         "ort_graph_nodes": measured["graph"], "execution_provider": measured["execution_provider"],
-        "threads": spec["threads"], "warmup": spec["warmup"], "runs": spec["runs"],
+        "tf32": measured.get("tf32"), "threads": spec["threads"], "warmup": spec["warmup"], "runs": spec["runs"],
         "p20_ms": measured["p20_ms"], "p50_ms": measured["p50_ms"], "p80_ms": measured["p80_ms"],
+        "device_ms": measured.get("device_ms"), "timing_method": measured.get("timing_method"),
         "peak_mb": measured["peak_mb"], "memory_method": measured["memory_method"],
         "custom_node_share": measured.get("custom_node_share"),
         "torch": facts.get("torch"), "onnx": facts.get("onnx"), "onnxruntime": facts.get("onnxruntime"),
@@ -60,15 +62,20 @@ def record(entry: str, spec: dict, measured: dict, facts: dict) -> dict:
     }
 
 
+def kernel_ms(row: dict) -> float:
+    """The time bandwidth is computed from: the device time where a row has one (GPU rows), else p50."""
+    return float(row.get("device_ms") or row["p50_ms"])
+
+
 def derive(rows: list[dict]) -> None:
     """Bandwidth from the least bytes each workload must move; fraction of the copy floor's (same framework)."""
     copies = {(r["workload"], r["execution_provider"], r["opset"]): r for r in rows if r["row"] in COPY_ROWS}
     for r in rows:
         workload = WORKLOADS[r["workload"]]
         r["bytes_moved"] = workload.bytes_moved
-        r["gb_per_s"] = round(workload.bytes_moved / (r["p50_ms"] * 1e-3) / 1e9, 3)
+        r["gb_per_s"] = round(workload.bytes_moved / (kernel_ms(r) * 1e-3) / 1e9, 3)
         copy = copies.get((r["workload"], r["execution_provider"], r["opset"]))
-        r["fraction_of_copy"] = round(copy["p50_ms"] / r["p50_ms"], 3) if copy else None
+        r["fraction_of_copy"] = round(kernel_ms(copy) / kernel_ms(r), 3) if copy else None
 
 
 def write(results: Path, entry: str, rows: list[dict]) -> Path:

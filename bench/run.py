@@ -21,7 +21,7 @@ from lab.files import write_csv_atomic
 
 from .rows import COLUMNS, KEY, derive, ort_row_specs, record, write_copy_model  # noqa: F401 (COLUMNS, KEY: imported from here elsewhere)
 from .rows import write as write_rows
-from .workloads import WORKLOADS
+from .workloads import GPU_ONLY_WORKLOADS, WORKLOADS
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "results"
@@ -74,7 +74,8 @@ def run_row(spec: dict) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.splitlines()[0])
     parser.add_argument("--entry", default=matrix.DEFAULT_ENTRY, help="matrix entry (default: cpu)")
-    parser.add_argument("--workload", nargs="+", choices=sorted(WORKLOADS), default=["swish", "ffn"])
+    parser.add_argument("--workload", nargs="+", choices=sorted(set(WORKLOADS) - set(GPU_ONLY_WORKLOADS)),
+                        default=["swish", "ffn"])
     parser.add_argument("--beta", type=float, default=1.0)
     parser.add_argument("--threads", type=int, default=os.cpu_count(), help="torch and ORT intra-op threads")
     parser.add_argument("--warmup", type=int, default=10)

@@ -10,10 +10,15 @@ BYTES_FP32 = 4
 
 @dataclass(frozen=True)
 class Workload:
-    name: str            # "swish" (the activation alone) or "ffn" (Linear, Swish, Linear)
+    name: str            # "swish" (the activation alone), "swish_large", or "ffn" (Linear, Swish, Linear)
     batch: int = 8
     seq: int = 512
     hidden: int = 768
+    model: str = ""      # which exported model runs it (batch and sequence are dynamic); default: name
+
+    @property
+    def model_name(self) -> str:
+        return self.model or self.name
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -30,7 +35,7 @@ class Workload:
         swish: x in, y out. ffn: x and W1 in, h out; h in, a out (the fused activation); a and W2
         in, y out. Biases are negligible and left out.
         """
-        if self.name == "swish":
+        if self.model_name == "swish":
             return 2 * self.elements * BYTES_FP32
         inner = self.batch * self.seq * 4 * self.hidden
         weights = 2 * self.hidden * 4 * self.hidden
@@ -40,7 +45,11 @@ class Workload:
         return np.random.default_rng(seed).standard_normal(self.shape, dtype=np.float32)
 
 
-WORKLOADS = {"swish": Workload("swish"), "ffn": Workload("ffn")}
+# swish_large: 403 MB in and out in float32, far beyond any GPU's L2 (50 MB on an H100/H200), so the
+# copy floor is DRAM bandwidth; the small swish fits in L2 there. GPU rows only.
+WORKLOADS = {"swish": Workload("swish"), "swish_large": Workload("swish_large", batch=64, seq=2048, model="swish"),
+             "ffn": Workload("ffn")}
+GPU_ONLY_WORKLOADS = ("swish_large",)
 
 
 def percentiles_ms(seconds: list[float]) -> dict[str, float]:

@@ -135,10 +135,19 @@ def bench(args) -> int:
 
     from bench.rows import derive, ort_row_specs, record, write, write_copy_model
 
+    from bench.workloads import GPU_ONLY_WORKLOADS, WORKLOADS
+
     manifest = load_manifest(args.artifacts)
     library = str(args.plugin or default_library())
     provider = providers(args.providers)[0]
-    models = [m for m in manifest["models"] if m["model"] in args.workload]
+    on_gpu = provider == "CUDAExecutionProvider"
+    # On a GPU the small activation fits in L2: the large one is the one whose floor is DRAM bandwidth.
+    workloads = args.workload or [w for w in ("swish", "swish_large", "ffn") if on_gpu or w not in GPU_ONLY_WORKLOADS]
+    if not on_gpu and set(workloads) & set(GPU_ONLY_WORKLOADS):
+        raise ArtifactError(f"--workload {' '.join(sorted(set(workloads) & set(GPU_ONLY_WORKLOADS)))} is for "
+                            "CUDAExecutionProvider only (hundreds of MB per run)")
+    model_of = {w: WORKLOADS[w].model_name for w in workloads}
+    models = [m for m in manifest["models"] if m["model"] in model_of.values()]
     exporter = args.exporter or sorted({m["exporter"] for m in models})[0]
     opset = args.opset or max(m["opset"] for m in models if m["exporter"] == exporter)
     entry = os.environ.get("MYOPS_MATRIX_ENTRY", "cpu")
@@ -147,16 +156,16 @@ def bench(args) -> int:
           f"{exporter} opset {opset}, {args.threads} threads")
     specs = []
     with tempfile.TemporaryDirectory(prefix="bench-copy-") as tmp:
-        for workload in args.workload:
+        for workload in workloads:
             paths = {}
             for lowering in ("decomposed", "custom"):
                 item = next((m for m in models if (m["model"], m["lowering"], m["exporter"], m["opset"])
-                             == (workload, lowering, exporter, opset)), None)
+                             == (model_of[workload], lowering, exporter, opset)), None)
                 if item is None:
                     raise ArtifactError(f"no {workload} {lowering} model for {exporter} opset {opset} in {args.artifacts}; "
                                         f"it has opsets {sorted({m['opset'] for m in models})}")
                 paths[lowering], beta = str(Path(args.artifacts) / item["file"]), item["beta"]
-            if workload == "swish":
+            if model_of[workload] == "swish":
                 paths["copy"] = write_copy_model(Path(tmp) / f"copy-opset{opset}.onnx", opset)
             runs = dict(warmup=args.warmup, runs=args.runs) if workload == "swish" else dict(warmup=args.ffn_warmup,
                                                                                             runs=args.ffn_runs)
@@ -178,13 +187,14 @@ def bench(args) -> int:
                 return 1
             measured = json.loads(result.stdout.strip().splitlines()[-1])
             peak = "n/a" if measured["peak_mb"] is None else f"{measured['peak_mb']:.1f} MB"
-            print(f"p50 {measured['p50_ms']:.3f} ms, peak {peak}, graph {measured['graph']} "
+            device = "" if measured.get("device_ms") is None else f", device {measured['device_ms']:.4f} ms"
+            print(f"p50 {measured['p50_ms']:.3f} ms{device}, peak {peak}, graph {measured['graph']} "
                   f"({time.perf_counter() - started:.0f} s)", flush=True)
             rows.append(record(entry, spec, measured, facts))
     derive(rows)
     for r in rows:
         copy = "-" if r["fraction_of_copy"] is None else f"{r['fraction_of_copy']:.2f}"
-        print(f"  {r['workload']:5} {r['row']:13} {r['ort_opt_level']:5} p50 {r['p50_ms']:8.3f} ms  "
+        print(f"  {r['workload']:11} {r['row']:13} {r['ort_opt_level']:5} p50 {r['p50_ms']:8.3f} ms  "
               f"{r['gb_per_s']:7.1f} GB/s  of copy floor {copy}")
     if args.out:
         print(f"bench: wrote {len(rows)} rows to {write(args.out, entry, rows)} and {Path(args.out) / 'bench_all.csv'}")
@@ -202,7 +212,8 @@ def main(argv: list[str] | None = None) -> int:
         if name == "dump":
             p.add_argument("--out", type=Path, required=True, help="directory for outputs.npz and provenance.json")
         if name == "bench":
-            p.add_argument("--workload", nargs="+", choices=["swish", "ffn"], default=["swish", "ffn"])
+            p.add_argument("--workload", nargs="+", choices=["swish", "swish_large", "ffn"],
+                           help="default: swish and ffn, plus swish_large on CUDAExecutionProvider")
             p.add_argument("--threads", type=int, default=os.cpu_count(), help="ORT intra-op threads")
             p.add_argument("--warmup", type=int, default=10)
             p.add_argument("--runs", type=int, default=100)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -152,3 +153,54 @@ def registry(daemon, tmp_path_factory):
         proc.wait(timeout=30)
         log.close()
         shutil.rmtree(root / "data", ignore_errors=True)
+
+
+class HostClockStream:
+    """A CUDA stream's timing interface on the host clock, for the timing code where there is no GPU.
+
+    Calls run on the host, so events take host time when recorded. A spin, torch.cuda._sleep(cycles),
+    marks the stream busy for cycles / cycles_per_s seconds from now, and an event recorded meanwhile
+    reports pending (query() False) until then, as a real one queued behind a spin would.
+    """
+
+    def __init__(self, cycles_per_s: float = 2.0e9):
+        self.cycles_per_s = cycles_per_s
+        self.busy_until = 0.0
+
+    def sleep(self, cycles: int) -> None:
+        self.busy_until = time.perf_counter() + cycles / self.cycles_per_s
+
+    def event(self, enable_timing: bool = False):
+        stream = self
+
+        class Event:
+            at = None
+            ready_at = None
+
+            def record(self, s=None):
+                self.at = time.perf_counter()
+                self.ready_at = max(self.at, stream.busy_until)
+
+            def query(self) -> bool:
+                return time.perf_counter() >= self.ready_at
+
+            def synchronize(self) -> None:
+                pass
+
+            def elapsed_time(self, end) -> float:
+                return (end.at - self.at) * 1e3
+
+        return Event()
+
+
+@pytest.fixture
+def host_clock_cuda(monkeypatch):
+    """torch.cuda's timing and memory calls backed by HostClockStream; returns the stream."""
+    import torch
+
+    stream = HostClockStream()
+    for name, value in (("Event", stream.event), ("_sleep", stream.sleep), ("synchronize", lambda *a: None),
+                        ("reset_peak_memory_stats", lambda *a: None), ("memory_allocated", lambda *a: 0),
+                        ("max_memory_allocated", lambda *a: 2**20), ("empty_cache", lambda: None)):
+        monkeypatch.setattr(torch.cuda, name, value)
+    return stream

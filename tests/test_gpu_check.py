@@ -151,11 +151,12 @@ def test_rows_written_in_the_benchmark_format(tmp_path):
     setup = gpu_check.Setup("cuda13.0", "90", "9.0", "nvcc", "NVIDIA H200", "570.00",
                             {"torch": "2.13.0", "torch_cuda": "13.0", "git_sha": "abc", "git_dirty": False,
                              "timestamp": "2026-01-01T00:00:00+00:00"})
-    measured = {"p20_ms": 0.09, "p50_ms": 0.1, "p80_ms": 0.11, "peak_mb": 256.0, "memory_method": "m"}
+    # Per-call times that dispatch dominates (all alike); bandwidth comes from the device times.
+    measured = {"p20_ms": 0.03, "p50_ms": 0.03, "p80_ms": 0.03, "peak_mb": 256.0, "memory_method": "m"}
     rows = [gpu_check.make_row(setup, Args, "swish_large", (64, 1024, 1024), "float32", row, row, factor * 4 << 26,
-                               dict(measured, p50_ms=p50))
-            for row, factor, p50 in (("torch_copy", 2, 0.1), ("torch_extension", 2, 0.125),
-                                     ("torch_extension_backward", 3, 0.15))]
+                               dict(measured, device_ms=device))
+            for row, factor, device in (("torch_copy", 2, 0.1), ("torch_extension", 2, 0.125),
+                                        ("torch_extension_backward", 3, 0.15))]
     gpu_check.derive(rows)
     assert [r["fraction_of_copy"] for r in rows] == [1.0, 0.8, 1.0]
     assert rows[0]["gb_per_s"] == round(2 * 4 * 2**26 / 1e-4 / 1e9, 3)
@@ -190,27 +191,8 @@ def test_layer1_checks_pass_on_the_cpu_kernel(ext, monkeypatch):
         gpu_check._close_np(inputs["float32"] * 1.001, inputs["float32"], gpu_check.PLUGIN_TOL["float32"], "scaled")
 
 
-class _HostClockEvent:
-    """torch.cuda.Event's interface on the host clock, to run the timing code without a GPU."""
-
-    def __init__(self, enable_timing: bool = False):
-        self.at = None
-
-    def record(self, stream=None):
-        self.at = __import__("time").perf_counter()
-
-    def elapsed_time(self, end) -> float:
-        return (end.at - self.at) * 1e3
-
-
-def test_bench_and_target_stages_run_on_the_cpu(ext, monkeypatch):
+def test_bench_and_target_stages_run_on_the_cpu(ext, monkeypatch, host_clock_cuda):
     """The rows, their derived columns and the paired targets, with host-clock events and CPU tensors."""
-    import torch
-
-    for name, value in (("Event", _HostClockEvent), ("synchronize", lambda *a: None),
-                        ("reset_peak_memory_stats", lambda *a: None), ("memory_allocated", lambda *a: 0),
-                        ("max_memory_allocated", lambda *a: 2**20), ("empty_cache", lambda: None)):
-        monkeypatch.setattr(torch.cuda, name, value)
     monkeypatch.setattr(gpu_check, "DEVICE", "cpu")
     monkeypatch.setattr(gpu_check, "DTYPES", ("float32",))
     monkeypatch.setattr(gpu_check, "WORKLOADS", (("swish", (2, 8, 16)), ("swish_large", (4, 64, 64))))
@@ -226,11 +208,15 @@ def test_bench_and_target_stages_run_on_the_cpu(ext, monkeypatch):
     assert [r["row"] for r in rows[:7]] == ["torch_copy", "torch_composite", "torch_extension", "torch_silu",
                                             "torch_composite_backward", "torch_extension_backward", "torch_silu_backward"]
     assert len(rows) == 14 and all(r["gb_per_s"] and r["fraction_of_copy"] for r in rows)
+    assert all(r["device_ms"] > 0 and "spin kernel" in r["timing_method"] and r["tf32"].startswith("off") for r in rows)
     assert rows[0]["peak_mb"] == 1.0 and rows[0]["memory_method"].startswith("torch.cuda.max_memory_allocated")
     with run.stage("targets"):
-        targets = gpu_check.targets_stage(run, setup, Args)
-    assert [t["numerator"] for t in targets] == ["torch_copy", "torch_composite", "torch_composite_backward"]
-    assert all(t["median_ratio"] > 0 and t["target"].endswith("float32 4x64x64") for t in targets)
+        targets = gpu_check.targets_stage(run, setup, Args) + gpu_check.memory_targets(setup, rows)
+    assert [t["numerator"] for t in targets] == ["torch_copy", "torch_composite", "torch_composite_backward",
+                                                 "torch_composite peak - torch_extension peak"]
+    assert all(t["median_ratio"] is not None and t["target"].endswith("float32 4x64x64") for t in targets)
+    # The allocator figures are faked (every row 1 MiB): no memory saved, so that target is missed.
+    assert targets[-1]["median_ratio"] == 0 and targets[-1]["holds"] is False
 
 
 @pytest.mark.parametrize("layer1_fails", [False, True], ids=["all-pass", "a-check-fails"])
@@ -267,3 +253,38 @@ def test_main_runs_the_stages_and_writes_only_when_correct(ext, monkeypatch, tmp
         assert code == 1 and "not writing results" in out and not (tmp_path / "results").exists()
     else:
         assert code == 0 and (tmp_path / "results" / "cuda13.0" / "bench.csv").is_file()
+
+
+def test_large_cases_go_round_both_stride_loops():
+    """Sizes from the kernel's own launch constants: every dtype's vector loop and scalar loop iterate."""
+    threads, blocks, vec_bytes = gpu_check.launch_limits()
+    assert (threads, vec_bytes) == (256, 16) and blocks > 0
+    grid = threads * blocks
+    for itemsize in (4, 2):
+        n = gpu_check.stride_loop_size(itemsize)
+        assert n // (vec_bytes // itemsize) >= 2 * grid  # aligned: packs beyond two grids
+        assert n - 1 >= 2 * grid                         # from offset 1: scalar elements beyond two grids
+    assert gpu_check.stride_loop_size(2) > (1 << 26) + 5  # the old fp16 case never left the first grid
+
+
+def test_direct_build_uses_the_standard_of_this_torch():
+    import torch
+
+    from lab.compat import extension_cxx_standard
+
+    jobs, _, _ = gpu_check.direct_build_plan(None, None)
+    (command,) = jobs.values()
+    assert f"-std={extension_cxx_standard(torch.__version__)}" in command
+
+
+def test_an_onnxruntime_without_the_cuda_ep_is_a_skip_not_a_failure(tmp_path):
+    """What the host lacks is reported with its reason; the run still writes its rows."""
+    import onnxruntime as ort
+
+    if "CUDAExecutionProvider" in ort.get_available_providers():
+        pytest.skip("this onnxruntime has the CUDA EP")
+    setup = gpu_check.Setup("cuda13.0", "90", "9.0", "nvcc", "GPU", None, {})
+    run = gpu_check.Run(60)
+    assert run.check("plugin", "ort", lambda: gpu_check.check_ort(setup, {}))
+    assert run.checks[0].status == "SKIP" and "has no CUDAExecutionProvider" in run.checks[0].detail
+    assert not run.failed

@@ -114,19 +114,24 @@ def test_gpu_custom_row_refuses_a_plugin_without_cuda_kernels(artifacts):
 
 
 def test_io_binding_path_gives_the_operators_output(artifacts, plugin_path, tmp_path):
-    """The GPU rows' binding code, run on the CPU device: the bound output is the custom op's result."""
-    from bench.measure import _ort_callable
+    """The GPU rows' binding code, run on the CPU device: the first call on a one-row input, then the
+    bound real input; per-call runs and a batch without synchronisation give the custom op's result."""
+    from bench.measure import _ort_row, batched_ms
     from bench.workloads import WORKLOADS
 
     x = WORKLOADS["swish"].input(seed=0)[:2]
     spec = {"row": "ort_custom", "threads": 2, "ort_opt_level": "all", "io_binding": True, "plugin": str(plugin_path),
             "model_path": str(artifacts / "swish-custom-dynamo-opset18.onnx")}
-    call, graph, _ = _ort_callable(spec, x, tmp_path)
-    assert graph == "myops::Swish"
-    y = call().copy_outputs_to_cpu()[0]
+    row = _ort_row(spec, x, tmp_path)
+    assert row.graph == "myops::Swish" and row.tf32 is None
+    row.first_call()
+    y = row.call().copy_outputs_to_cpu()[0]
+    assert y.shape == x.shape  # the real input again after the one-row first call
     x64 = x.astype(np.float64)
     np.testing.assert_allclose(y, x64 / (1 + np.exp(-1.702 * x64)), rtol=2e-6, atol=1e-7)
-    assert np.array_equal(call().copy_outputs_to_cpu()[0], y)  # a second run through the same binding
+    assert np.array_equal(row.call().copy_outputs_to_cpu()[0], y)  # a second run through the same binding
+    assert np.array_equal(row.batch(3).copy_outputs_to_cpu()[0], y)
+    assert batched_ms(row.batch, calls=3, batches=2) > 0
 
 
 def test_gpu_memory_without_nvml_is_stated_not_guessed():
@@ -150,3 +155,37 @@ def test_copy_model_is_written_without_onnx(tmp_path):
     assert summary.opset_imports == {"": 21}
     assert [n.qualified for n in summary.nodes] == ["ai.onnx::Identity"]
     assert summary.inputs[0].dims == ("batch", "seq", 768)
+
+
+def test_nvml_finds_the_gpu_cuda_means():
+    """Without the CUDA runtime to ask for the PCI bus id: CUDA_VISIBLE_DEVICES' index or UUID, and
+    no guess where CUDA's order (fastest first) and NVML's (PCI bus) may differ."""
+    from bench.nvml import NvmlUnavailable, nvml_selector
+
+    assert nvml_selector(0, None, "PCI_BUS_ID") == ("index", 0)
+    assert nvml_selector(0, None, None) == ("index", 0)
+    assert nvml_selector(0, "2,3", "PCI_BUS_ID") == ("index", 2)
+    assert nvml_selector(1, "GPU-aaaa, GPU-bbbb", None) == ("uuid", "GPU-bbbb")
+    with pytest.raises(NvmlUnavailable, match="CUDA_DEVICE_ORDER=PCI_BUS_ID"):
+        nvml_selector(0, "2,3", None)
+    with pytest.raises(NvmlUnavailable, match="MIG instance"):
+        nvml_selector(0, "MIG-1234", "PCI_BUS_ID")
+    with pytest.raises(NvmlUnavailable, match="has no device 1"):
+        nvml_selector(1, "0", "PCI_BUS_ID")
+
+
+def test_cuda_sessions_keep_float32_matmuls_exact():
+    """Alignment sessions (verify, dump, layer 3) ask the CUDA EP for full float32, in the form this ORT takes."""
+    from ort_plugin.loader import exact_providers
+
+    assert exact_providers(["CUDAExecutionProvider", "CPUExecutionProvider"], "1.21.1") == [
+        ("CUDAExecutionProvider", {"use_tf32": "0"}), "CPUExecutionProvider"]
+    assert exact_providers(["CPUExecutionProvider"], "1.17.1") == ["CPUExecutionProvider"]
+
+
+def test_large_workload_is_for_the_gpu_only(artifacts, plugin_path, no_torch_no_onnx, tmp_path):
+    result = runner("bench", "--artifacts", str(artifacts), "--plugin", str(plugin_path), "--providers",
+                    "CPUExecutionProvider", "--workload", "swish_large", "--out", str(tmp_path / "r"),
+                    shims=no_torch_no_onnx)
+    assert result.returncode == 2 and "swish_large is for CUDAExecutionProvider only" in result.stderr
+    assert not (tmp_path / "r").exists()
