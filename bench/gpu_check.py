@@ -256,6 +256,7 @@ class Setup:
     device: str
     driver: str | None
     facts: dict
+    ort_plugin: Path | None = None  # set once the plugin has passed through onnxruntime's CUDA EP
 
 
 def preflight(args, torch) -> Setup:
@@ -764,6 +765,7 @@ def check_ort(setup: Setup, inputs: dict, time_left: float = 60) -> str:
                        "(check `python -m ort_plugin.runner doctor`)")
         (y,) = session.run(None, {"x": x})
         _close_np(y, cpu_kernel(x, 1.0), PLUGIN_TOL[dtype_name], f"ORT CUDA EP, {dtype_name}")
+    setup.ort_plugin = library
     return f"onnxruntime {ort.__version__}, plugin API {api}, float32 and float16, beta 1"
 
 
@@ -944,6 +946,62 @@ def targets_stage(run: Run, setup: Setup, args) -> list[dict]:
     return results
 
 
+ORT_PER_CALL_LIMIT = 1.3
+PROVIDER_OF = {"cuda": "CUDAExecutionProvider", "cpu": "CPUExecutionProvider"}
+
+
+def ort_per_call_target(setup: Setup, args) -> list[dict]:
+    """The ORT custom op against the torch composite, per call as each caller sees it (host clock,
+    each call ending in a synchronisation), on the small workload where dispatch dominates.
+
+    Needs onnxruntime-gpu here (setup.ort_plugin, set by the plugin stage); one process, pairs
+    alternating, so both sides share the machine's state.
+    """
+    if setup.ort_plugin is None:
+        return []
+    import numpy as np
+    import onnxruntime as ort
+    import torch
+
+    import ops
+    from ort_plugin.loader import exact_providers, register
+    from ort_plugin.onnx_file import one_node_model
+
+    from .targets import paired_ratio
+
+    shape = dict(WORKLOADS)["swish"]
+    x, _ = bench_inputs(shape, "float32")
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    on_gpu = DEVICE == "cuda"
+    if on_gpu:
+        options.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
+    register(options, setup.ort_plugin)
+    session = ort.InferenceSession(one_node_model("myops", "Swish", element_type="float32"), options,
+                                   providers=exact_providers([PROVIDER_OF[DEVICE]], ort.__version__))
+    binding = session.io_binding()
+    flat = np.ascontiguousarray(x.flatten().cpu().numpy())
+    binding.bind_ortvalue_input("x", ort.OrtValue.ortvalue_from_numpy(flat, DEVICE, 0))
+    binding.bind_output("y", DEVICE, 0)
+
+    def ort_call():
+        binding.synchronize_inputs()
+        session.run_with_iobinding(binding)
+        binding.synchronize_outputs()
+
+    def torch_call():  # the model's Swish has no beta attribute: 1.0
+        ops.reference(x, 1.0)
+        torch.cuda.synchronize()
+
+    ratio = paired_ratio(torch_call, ort_call, args.pairs)
+    target = f"ORT custom op vs PyTorch composite, per call (host clock), float32 {'x'.join(map(str, shape))}"
+    log(f"  {target:90} {ratio:6.3f}  ({target_status(ratio, ORT_PER_CALL_LIMIT)})")
+    return [{"entry": setup.entry, "target": target, "numerator": "torch_composite", "denominator": "ort_custom",
+             "median_ratio": round(ratio, 4), "limit": f">= {ORT_PER_CALL_LIMIT}", "holds": ratio >= ORT_PER_CALL_LIMIT,
+             "pairs": args.pairs, "threads": None, "opset": 17, "git_sha": setup.facts.get("git_sha"),
+             "timestamp": setup.facts.get("timestamp")}]
+
+
 def memory_targets(setup: Setup, rows: list[dict]) -> list[dict]:
     """The fused op's peak memory below the composite's by at least one activation tensor (TARGET_WORKLOAD).
 
@@ -1072,6 +1130,10 @@ def main(argv: list[str] | None = None) -> int:
         rows = bench_stage(run, setup, args)
     with run.stage("targets"):
         targets = targets_stage(run, setup, args) + memory_targets(setup, rows)
+        try:
+            targets += ort_per_call_target(setup, args)
+        except Exception as exc:  # reported, like a missed target, not a correctness failure
+            run.notes.append(f"targets: ORT custom op per call failed: {type(exc).__name__}: {exc}")
     with run.stage("write"):
         if run.failed:
             log("not writing results: a correctness check failed (see the summary)")

@@ -288,3 +288,18 @@ def test_an_onnxruntime_without_the_cuda_ep_is_a_skip_not_a_failure(tmp_path):
     assert run.check("plugin", "ort", lambda: gpu_check.check_ort(setup, {}))
     assert run.checks[0].status == "SKIP" and "has no CUDAExecutionProvider" in run.checks[0].detail
     assert not run.failed
+
+
+def test_ort_per_call_target_pairs_the_plugin_with_the_composite(ext, plugin_path, monkeypatch, host_clock_cuda):
+    """Its plumbing on the CPU EP with the CPU plugin; on a GPU host the same code runs on CUDA."""
+    monkeypatch.setattr(gpu_check, "DEVICE", "cpu")
+
+    class Args:
+        beta, pairs = 1.0, 5
+
+    setup = gpu_check.Setup("cuda13.0", "90", "9.0", "nvcc", "GPU", None, {"git_sha": "abc", "timestamp": "t"})
+    assert gpu_check.ort_per_call_target(setup, Args) == []  # the plugin stage did not pass: nothing to pair
+    setup.ort_plugin = plugin_path
+    (target,) = gpu_check.ort_per_call_target(setup, Args)
+    assert target["numerator"] == "torch_composite" and target["denominator"] == "ort_custom"
+    assert target["median_ratio"] > 0 and target["limit"] == ">= 1.3" and target["holds"] == (target["median_ratio"] >= 1.3)
