@@ -946,6 +946,42 @@ def targets_stage(run: Run, setup: Setup, args) -> list[dict]:
     return results
 
 
+def parse_harness_timing(stdout: str) -> dict[str, float]:
+    """{'forward_ms': F, 'copy_ms': C} from `plugin_harness time`'s line."""
+    line = stdout.strip().splitlines()[-1]
+    return {key: float(value) for key, value in (part.split("=") for part in line.split())}
+
+
+PLUGIN_COPY_LIMIT = 0.9
+
+
+def plugin_kernel_targets(setup: Setup, harness: Path | None, reps: int = 20) -> list[dict]:
+    """The plugin's CUDA launch path (the harness) against a device-to-device copy of the same bytes,
+    device time, on the large workload: the ORT custom op's floor where no onnxruntime-gpu is here."""
+    if harness is None:
+        return []
+    shape = dict(WORKLOADS)[TARGET_WORKLOAD]
+    n = 1
+    for size in shape:
+        n *= size
+    results = []
+    for code, dtype_name in (("f32", "float32"), ("f16", "float16")):
+        ran = subprocess.run([str(harness), "time", code, str(n), str(reps)], capture_output=True, text=True, timeout=120)
+        if ran.returncode != 0:
+            raise RuntimeError(f"plugin_harness time {code}: {ran.stderr.strip()[-300:]}")
+        timing = parse_harness_timing(ran.stdout)
+        ratio = timing["copy_ms"] / timing["forward_ms"]
+        target = (f"plugin CUDA kernel vs cudaMemcpy D2D (fraction of copy bandwidth, harness), "
+                  f"{dtype_name} {'x'.join(map(str, shape))}")
+        log(f"  {target:90} {ratio:6.3f}  ({target_status(ratio, PLUGIN_COPY_LIMIT)})")
+        results.append({"entry": setup.entry, "target": target, "numerator": "cuda_memcpy_d2d",
+                        "denominator": "plugin_kernel", "median_ratio": round(ratio, 4),
+                        "limit": f">= {PLUGIN_COPY_LIMIT}", "holds": ratio >= PLUGIN_COPY_LIMIT, "pairs": reps,
+                        "threads": None, "opset": None, "git_sha": setup.facts.get("git_sha"),
+                        "timestamp": setup.facts.get("timestamp")})
+    return results
+
+
 ORT_PER_CALL_LIMIT = 1.3
 PROVIDER_OF = {"cuda": "CUDAExecutionProvider", "cpu": "CPUExecutionProvider"}
 
@@ -1130,10 +1166,12 @@ def main(argv: list[str] | None = None) -> int:
         rows = bench_stage(run, setup, args)
     with run.stage("targets"):
         targets = targets_stage(run, setup, args) + memory_targets(setup, rows)
-        try:
-            targets += ort_per_call_target(setup, args)
-        except Exception as exc:  # reported, like a missed target, not a correctness failure
-            run.notes.append(f"targets: ORT custom op per call failed: {type(exc).__name__}: {exc}")
+        for name, extra in (("plugin kernel vs copy", lambda: plugin_kernel_targets(setup, harness)),
+                            ("ORT custom op per call", lambda: ort_per_call_target(setup, args))):
+            try:
+                targets += extra()
+            except Exception as exc:  # reported, like a missed target, not a correctness failure
+                run.notes.append(f"targets: {name} failed: {type(exc).__name__}: {exc}")
     with run.stage("write"):
         if run.failed:
             log("not writing results: a correctness check failed (see the summary)")

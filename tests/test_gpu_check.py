@@ -70,6 +70,14 @@ def test_plugin_harness_compiles_and_checks_its_arguments(tmp_path, in_ci):
         assert (tmp_path / "out.bin").stat().st_size == 2 * 37 * 4
     else:  # no GPU: a CUDA error, reported as such
         assert ran.returncode == 1 and ran.stderr.startswith("plugin_harness: "), ran.stderr
+    # The timing mode: its arguments checked before any CUDA call; without a GPU, a CUDA error.
+    assert call("time", "f32", 0, 10).returncode == 2 and "N must be" in call("time", "f32", 0, 10).stderr
+    assert call("time", "f64", 8, 10).returncode == 2
+    timed = call("time", "f16", 1 << 20, 5)
+    if timed.returncode == 0:
+        assert gpu_check.parse_harness_timing(timed.stdout)["forward_ms"] > 0
+    else:
+        assert timed.returncode == 1 and timed.stderr.startswith("plugin_harness: "), timed.stderr
 
 
 @pytest.mark.nvcc
@@ -303,3 +311,18 @@ def test_ort_per_call_target_pairs_the_plugin_with_the_composite(ext, plugin_pat
     (target,) = gpu_check.ort_per_call_target(setup, Args)
     assert target["numerator"] == "torch_composite" and target["denominator"] == "ort_custom"
     assert target["median_ratio"] > 0 and target["limit"] == ">= 1.3" and target["holds"] == (target["median_ratio"] >= 1.3)
+
+
+def test_plugin_kernel_target_reads_the_harness_timing(tmp_path):
+    """The Python side of `plugin_harness time` (the binary's side needs a GPU): a script that answers
+    as the harness does stands in for it."""
+    script = tmp_path / "harness"
+    script.write_text('#!/bin/sh\n[ "$1" = time ] || exit 2\necho "forward_ms=0.125000 copy_ms=0.100000"\n')
+    script.chmod(0o755)
+    setup = gpu_check.Setup("cuda13.0", "90", "9.0", "nvcc", "GPU", None, {"git_sha": "abc", "timestamp": "t"})
+    assert gpu_check.plugin_kernel_targets(setup, None) == []
+    f32, f16 = gpu_check.plugin_kernel_targets(setup, script)
+    assert f32["median_ratio"] == 0.8 and f32["holds"] is False and f16["target"].endswith("float16 64x1024x1024")
+    script.write_text("#!/bin/sh\necho 'plugin_harness: cudaMalloc(in): cudaErrorMemoryAllocation' >&2\nexit 1\n")
+    with pytest.raises(RuntimeError, match="cudaErrorMemoryAllocation"):
+        gpu_check.plugin_kernel_targets(setup, script)

@@ -5,13 +5,19 @@
 // its output with the CPU kernel.
 //
 //   plugin_harness f32|f16 OFFSET IN OUT BETA [BETA ...]
+//   plugin_harness time f32|f16 N REPS
 //
 // IN: n raw elements of the dtype. OUT: n elements per BETA, one block after another.
 // OFFSET: the device input and output start that many elements past an aligned allocation
 // (1 takes the kernel's unaligned path, 0 its vector path).
+// time: the device time of the kernel on N elements against a device-to-device copy of the same
+// bytes, each as REPS launches back to back between one event pair (launches from C++ are a few
+// microseconds, so the stream never runs dry on a tensor beyond L2), median of 11 batches; one line
+// `forward_ms=F copy_ms=C` per launch.
 // Exit status: 0 done, 1 CUDA or file error, 2 usage error; the reason goes to stderr.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -22,7 +28,9 @@
 namespace {
 
 int usage(const char* why) {
-  std::fprintf(stderr, "plugin_harness: %s\nusage: plugin_harness f32|f16 OFFSET IN OUT BETA [BETA ...]\n", why);
+  std::fprintf(stderr,
+               "plugin_harness: %s\nusage: plugin_harness f32|f16 OFFSET IN OUT BETA [BETA ...]\n"
+               "       plugin_harness time f32|f16 N REPS\n", why);
   return 2;
 }
 
@@ -42,9 +50,70 @@ bool read_file(const char* path, std::vector<unsigned char>* bytes) {
   return ok;
 }
 
+// Median milliseconds per launch of `launch`, REPS at a time between one event pair.
+template <typename Launch>
+cudaError_t median_ms(Launch launch, int reps, cudaStream_t stream, float* ms) {
+  cudaEvent_t start = nullptr;
+  cudaEvent_t end = nullptr;
+  cudaError_t err = cudaSuccess;
+  if ((err = cudaEventCreate(&start)) != cudaSuccess || (err = cudaEventCreate(&end)) != cudaSuccess) return err;
+  std::vector<float> per_launch;
+  for (int batch = 0; batch < 12; ++batch) {  // the first batch warms up and is dropped
+    if ((err = cudaEventRecord(start, stream)) != cudaSuccess) return err;
+    for (int r = 0; r < reps; ++r) {
+      if ((err = launch()) != cudaSuccess) return err;
+    }
+    if ((err = cudaEventRecord(end, stream)) != cudaSuccess) return err;
+    if ((err = cudaEventSynchronize(end)) != cudaSuccess) return err;
+    float elapsed = 0;
+    if ((err = cudaEventElapsedTime(&elapsed, start, end)) != cudaSuccess) return err;
+    if (batch > 0) per_launch.push_back(elapsed / reps);
+  }
+  std::sort(per_launch.begin(), per_launch.end());
+  *ms = per_launch[per_launch.size() / 2];
+  cudaEventDestroy(start);
+  cudaEventDestroy(end);
+  return cudaSuccess;
+}
+
+int time_kernel(int argc, char** argv) {
+  if (argc != 5) return usage("time takes f32|f16 N REPS");
+  const std::string dtype_name = argv[2];
+  if (dtype_name != "f32" && dtype_name != "f16") return usage("dtype must be f32 or f16");
+  char* end = nullptr;
+  const long long n = std::strtoll(argv[3], &end, 10);
+  if (*end != '\0' || n <= 0) return usage("N must be a positive integer");
+  const long reps = std::strtol(argv[4], &end, 10);
+  if (*end != '\0' || reps <= 0 || reps > 1000) return usage("REPS must be an integer in 1..1000");
+  const swish::cuda::DType dtype = dtype_name == "f16" ? swish::cuda::DType::kFloat16 : swish::cuda::DType::kFloat32;
+  const size_t bytes = static_cast<size_t>(n) * (dtype_name == "f16" ? 2 : 4);
+  cudaStream_t stream = nullptr;
+  void* in = nullptr;
+  void* out = nullptr;
+  cudaError_t err = cudaSuccess;
+  if ((err = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking)) != cudaSuccess) return cuda_failed("cudaStreamCreate", err);
+  if ((err = cudaMalloc(&in, bytes)) != cudaSuccess) return cuda_failed("cudaMalloc(in)", err);
+  if ((err = cudaMalloc(&out, bytes)) != cudaSuccess) return cuda_failed("cudaMalloc(out)", err);
+  if ((err = cudaMemsetAsync(in, 0, bytes, stream)) != cudaSuccess) return cuda_failed("cudaMemset", err);
+  float forward_ms = 0;
+  float copy_ms = 0;
+  err = median_ms([&] { return swish::cuda::forward(in, out, n, 1.0f, dtype, stream); }, static_cast<int>(reps), stream,
+                  &forward_ms);
+  if (err != cudaSuccess) return cuda_failed("timing swish::cuda::forward", err);
+  err = median_ms([&] { return cudaMemcpyAsync(out, in, bytes, cudaMemcpyDeviceToDevice, stream); }, static_cast<int>(reps),
+                  stream, &copy_ms);
+  if (err != cudaSuccess) return cuda_failed("timing cudaMemcpyAsync", err);
+  std::printf("forward_ms=%.6f copy_ms=%.6f\n", forward_ms, copy_ms);
+  cudaFree(in);
+  cudaFree(out);
+  cudaStreamDestroy(stream);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc >= 2 && std::string(argv[1]) == "time") return time_kernel(argc, argv);
   if (argc < 6) return usage("too few arguments");
   const std::string dtype_name = argv[1];
   if (dtype_name != "f32" && dtype_name != "f16") return usage("dtype must be f32 or f16");
