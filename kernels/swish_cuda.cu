@@ -10,7 +10,10 @@
 
 namespace swish {
 namespace cuda {
-namespace {
+// A named namespace, not an anonymous one: nvcc names anonymous namespaces after a hash of the
+// source file's path, which would make two checkouts build different binaries. Hidden, so that
+// these stay out of the dynamic symbol table as an anonymous namespace's would.
+namespace __attribute__((visibility("hidden"))) internal {
 
 constexpr int kThreads = 256;
 constexpr int64_t kMaxBlocks = 65535;
@@ -90,15 +93,15 @@ cudaError_t dispatch(DType dtype, Op op, const void* a, const void* b, void* out
   }
 }
 
-}  // namespace
+}  // namespace internal
 
 cudaError_t forward(const void* x, void* y, int64_t n, float beta, DType dtype, cudaStream_t stream) {
-  return dispatch(dtype, Forward{beta}, x, nullptr, y, n, stream);
+  return internal::dispatch(dtype, internal::Forward{beta}, x, nullptr, y, n, stream);
 }
 
 cudaError_t backward(const void* grad, const void* x, void* dx, int64_t n, float beta, DType dtype,
                      cudaStream_t stream) {
-  return dispatch(dtype, Backward{beta}, grad, x, dx, n, stream);
+  return internal::dispatch(dtype, internal::Backward{beta}, grad, x, dx, n, stream);
 }
 
 }  // namespace cuda

@@ -12,7 +12,9 @@
 #include "swish_cuda.h"
 
 namespace myops {
-namespace {
+// Named, not anonymous: nvcc hashes the file's path into an anonymous namespace's name (see
+// kernels/swish_cuda.cu).
+namespace __attribute__((visibility("hidden"))) cuda_internal {
 
 void check_cuda_input(const at::Tensor& t, const char* name) {
   TORCH_CHECK(t.is_cuda(), "myops::swish (CUDA): ", name, " must be a CUDA tensor; got ", t.device());
@@ -63,11 +65,11 @@ at::Tensor swish_backward_cuda(const at::Tensor& grad, const at::Tensor& x, doub
   return dx;
 }
 
-}  // namespace
+}  // namespace cuda_internal
 
 TORCH_LIBRARY_IMPL(myops, CUDA, m) {
-  m.impl("swish", &swish_cuda);
-  m.impl("swish_backward", &swish_backward_cuda);
+  m.impl("swish", &cuda_internal::swish_cuda);
+  m.impl("swish_backward", &cuda_internal::swish_backward_cuda);
 }
 
 }  // namespace myops
