@@ -95,9 +95,10 @@ def build(verbose: bool = False) -> Path:
         extra_include_paths=[str(KERNELS)],
         # No -std here: cpp_extension passes the one torch's headers need (C++20; a later -std=c++17
         # would override it, and torch 2.14's headers no longer compile as C++17).
-        extra_cflags=["-O3", *_openmp_flags()],
-        extra_ldflags=_openmp_flags(),
-        extra_cuda_cflags=["-O3"],
+        extra_cflags=["-O3", *_openmp_flags(), *_path_free_flags(build_dir)],
+        # --discard-all: nvcc's host pass names a tmpxft_<pid> file, which would reach the symbol table.
+        extra_ldflags=[*_openmp_flags(), "-Wl,--discard-all"],
+        extra_cuda_cflags=["-O3", *[f for flag in _path_free_flags(build_dir) for f in ("-Xcompiler", flag)]],
         build_directory=str(build_dir),
         with_cuda=with_cuda,
         is_python_module=False,
@@ -115,6 +116,13 @@ def build(verbose: bool = False) -> Path:
     }
     _write_json_atomically(build_dir / INFO_FILE, info)
     return so_path
+
+
+def _path_free_flags(build_dir: Path) -> list[str]:
+    """The checkout's and the build's folders out of the binary (__FILE__ in torch's checks): the
+    same sources then give the same bytes wherever they are cloned."""
+    maps = {REPO: ".", build_dir: "build"}
+    return [f"-ffile-prefix-map={folder}={name}" for folder, name in maps.items()]
 
 
 def _kernels_unit(build_dir: Path) -> Path:
