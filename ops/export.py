@@ -20,6 +20,7 @@ import importlib
 import inspect
 import json
 import os
+import re
 import sys
 import tempfile
 import warnings
@@ -308,7 +309,37 @@ def _export_dynamo(model, example, path: Path, *, lowering: str, opset: int, dyn
         # opset it is asked for; onnx's own converter (which keeps custom-domain nodes) moves it.
         warnings.warn(f"exported at opset {built}, converted to {opset} with onnx.version_converter")
         proto = onnx.version_converter.convert_version(proto, opset)
+    normalise_source_paths(proto)
     onnx.save(proto, str(path))
+
+
+SITE_PACKAGES = re.compile(r"[^\s\"']*/site-packages/")
+
+
+def normalise_source_paths(proto: onnx.ModelProto) -> None:
+    """Stack traces in node metadata (the dynamo exporter's pkg.torch.onnx.stack_trace) with the
+    checkout's folder and the environment's site-packages taken out: the same export in another
+    folder, venv or image gives the same bytes, and the trace still names the file and line."""
+    prefix = str(REPO) + os.sep
+
+    def clean(text: str) -> str:
+        return SITE_PACKAGES.sub("site-packages/", text.replace(prefix, ""))
+
+    def graphs(graph):
+        yield graph
+        for node in graph.node:
+            for attribute in node.attribute:
+                if attribute.type == onnx.AttributeProto.GRAPH:
+                    yield from graphs(attribute.g)
+                for sub in attribute.graphs:
+                    yield from graphs(sub)
+
+    nodes = [node for graph in graphs(proto.graph) for node in graph.node]
+    nodes += [node for function in proto.functions for node in function.node]
+    for node in nodes:
+        for entry in node.metadata_props:
+            entry.value = clean(entry.value)
+        node.doc_string = clean(node.doc_string)
 
 
 # ---------------------------------------------------------------- checks

@@ -6,6 +6,7 @@ decomposed one. Inputs have a batch and sequence length different from the expor
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -119,3 +120,34 @@ def test_missing_onnxscript_is_a_clear_error(ext, tmp_path, monkeypatch):
     monkeypatch.setattr(builtins, "__import__", no_onnxscript)
     with pytest.raises(E.ExportError, match="needs onnxscript"):
         E.export("swish", exporter="dynamo", opset=18, path=tmp_path / "y.onnx")
+
+
+@needs_dynamo
+def test_exported_files_hold_no_checkout_or_environment_path(ext, tmp_path):
+    """The dynamo exporter's stack traces name files by absolute path; the lab keeps them relative, so
+    the same export in another folder, venv or image gives the same bytes."""
+    import sys
+
+    result = E.export("ffn", exporter="dynamo", lowering="custom", opset=18, path=tmp_path / "f.onnx")
+    data = Path(result.path).read_bytes()
+    assert str(E.REPO).encode() not in data and sys.prefix.encode() not in data
+    model = onnx.load(result.path)
+    traces = [p.value for n in model.graph.node for p in n.metadata_props if p.key == "pkg.torch.onnx.stack_trace"]
+    assert traces and all('File "ops/export.py"' in t for t in traces)  # still says where, relatively
+    assert model.producer_name == "pytorch" and model.producer_version  # kept: what made the file
+
+
+def test_source_path_normalisation_reaches_every_node():
+    from onnx import helper
+
+    node = helper.make_node("Relu", ["x"], ["y"], doc_string=f"{E.REPO}/ops/export.py:1")
+    helper.set_metadata_props(node, {"pkg.torch.onnx.stack_trace":
+                                     f'File "{E.REPO}/ops/export.py", line 9\n  File "/opt/venv/lib/python3.11/site-packages/torch/nn/x.py"'})
+    function = helper.make_function("myops", "F", ["x"], ["y"], [node], [helper.make_opsetid("", 18)])
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", 1, [1])],
+                              [helper.make_tensor_value_info("y", 1, [1])])
+    model = helper.make_model(graph, functions=[function])
+    E.normalise_source_paths(model)
+    for n in (model.graph.node[0], model.functions[0].node[0]):
+        assert n.doc_string == "ops/export.py:1"
+        assert n.metadata_props[0].value == 'File "ops/export.py", line 9\n  File "site-packages/torch/nn/x.py"'
