@@ -16,7 +16,9 @@ import time
 PER_CALL_METHOD = "per call: a CUDA event pair around each call on an idle stream (dispatch and launch included)"
 DEVICE_METHOD = ("device: {calls} calls queued behind a spin kernel, one CUDA event pair around them, "
                  "median over {batches} batches / {calls}")
-SPIN_CYCLES_PER_S = 2.0e9  # a lower bound of GPU clocks: a longer spin only costs idle time
+# GPU clocks to size a spin; a GPU boosting above this spins for less, and a spin that ends before
+# the batch is queued is retried longer.
+SPIN_CYCLES_PER_S = 2.0e9
 MAX_SPIN_TRIES = 4
 
 
@@ -57,6 +59,9 @@ def queued_batch_ms(calls: list, spin_s: float) -> tuple[float, bool | None, flo
     return start.elapsed_time(end), ahead, queued_s
 
 
+MAX_QUEUED_CALLS = 64  # CUDA's launch queue holds about a thousand launches; a call may launch several
+
+
 def device_ms(call, calls: int = 20, batches: int = 10) -> tuple[float, str]:
     """Median GPU milliseconds per call of `call` (see the module's docstring), and the method used.
 
@@ -64,6 +69,8 @@ def device_ms(call, calls: int = 20, batches: int = 10) -> tuple[float, str]:
     """
     import torch
 
+    if calls > MAX_QUEUED_CALLS:
+        raise ValueError(f"{calls} calls in one batch could overflow CUDA's launch queue (at most {MAX_QUEUED_CALLS})")
     torch.cuda.synchronize()
     began = time.perf_counter()
     for _ in range(calls):

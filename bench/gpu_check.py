@@ -274,6 +274,12 @@ def preflight(args, torch) -> Setup:
     if nvcc_version and nvcc_version.split(".")[0] != str(torch.version.cuda).split(".")[0]:
         raise HostError(f"{nvcc} is CUDA {nvcc_version} but torch was built for CUDA {torch.version.cuda}: "
                         "the major versions must match (set CUDA_HOME to a matching toolkit)")
+    from lab.compat import extension_cxx_standard
+
+    try:
+        extension_cxx_standard(torch.__version__, nvcc_version)
+    except ValueError as exc:
+        raise HostError(str(exc)) from None
     major, minor = torch.cuda.get_device_capability(0)
     os.environ["MYOPS_MATRIX_ENTRY"] = entry
     # One architecture only: a full TORCH_CUDA_ARCH_LIST would multiply the build time.
@@ -342,6 +348,8 @@ def direct_build_plan(arch: str | None, nvcc: str | None) -> tuple[dict[Path, li
     from ops import build as ops_build
 
     facts = ops_build.torch_facts()
+    # The standard cpp_extension itself would pass for this torch (C++20 from 2.12; nvcc 11 stops at C++17).
+    standard = "-std=" + extension_cxx_standard(facts["torch"], nvcc_version(nvcc) if arch and nvcc else None)
     device = "cuda" if arch else "cpu"
     out = ops_build.BUILD_ROOT / f"{ops_build.build_tag(facts)}-direct-{'sm' + arch if arch else 'cpu'}"
     out.mkdir(parents=True, exist_ok=True)
@@ -352,8 +360,6 @@ def direct_build_plan(arch: str | None, nvcc: str | None) -> tuple[dict[Path, li
     for path in _torch_paths(cpp_extension.include_paths, device):
         includes += ["-isystem", path]
     cxx = os.environ.get("CXX", "c++")
-    # The standard cpp_extension itself would pass for this torch (C++20 from 2.12; nvcc 11 stops at C++17).
-    standard = "-std=" + extension_cxx_standard(facts["torch"], nvcc_version(nvcc) if arch and nvcc else None)
     jobs = {out / "swish.o": [cxx, "-c", str(ops_build.CSRC / "swish.cpp"), "-fPIC", standard, "-O3",
                               *defines, *openmp, *includes]}
     if arch:
@@ -731,17 +737,27 @@ def check_ort(setup: Setup, inputs: dict, time_left: float = 60) -> str:
         raise Skip(f"onnxruntime {ort.__version__} has no CUDAExecutionProvider (the harness above ran the same launch path)")
     from lab.compat import release
 
-    try:
-        from ort_plugin.build import INFO_FILE, build
-
-        # Its own folder: a one-architecture plugin must not become loader.default_library's pick.
-        library = build(cuda="ON", cuda_architectures=setup.arch, root=BUILD_DIR / "ort_plugin",
-                        fetch_timeout_s=min(max(time_left / 2, 5), 20), log=lambda message: None)
-    except Exception as exc:  # no cmake, no pinned headers offline: the plugin cannot be built here
-        raise Skip(f"plugin not built: {str(exc).splitlines()[0]}") from None
+    from ort_plugin.build import INFO_FILE, ToolMissing, build
+    from ort_plugin.headers import HeadersNotFound
     from ort_plugin.library_info import read_library
     from ort_plugin.loader import exact_providers, register
     from ort_plugin.onnx_file import one_node_model
+
+    providers = exact_providers(["CUDAExecutionProvider"], ort.__version__)
+    try:  # the CUDA EP alone first: what fails here is the host's, not the plugin's
+        probe = ort.InferenceSession(one_node_model("", "Identity"), providers=providers)
+    except Exception as exc:  # another CUDA major, no cuDNN, no device access
+        raise Skip(f"onnxruntime {ort.__version__} could not start its CUDA EP here: "
+                   f"{str(exc).strip().splitlines()[0][:300]}") from None
+    if probe.get_providers()[0] != "CUDAExecutionProvider":  # onnxruntime's Python fallback to the CPU
+        raise Skip(f"onnxruntime {ort.__version__} fell back to {probe.get_providers()}: its CUDA EP did not load "
+                   "(check `python -m ort_plugin.runner doctor`)")
+    try:
+        # Its own folder: a one-architecture plugin must not become loader.default_library's pick.
+        library = build(cuda="ON", cuda_architectures=setup.arch, root=BUILD_DIR / "ort_plugin",
+                        fetch_timeout_s=min(max(time_left / 2, 5), 20), log=lambda message: None)
+    except (ToolMissing, HeadersNotFound) as exc:  # no cmake, no pinned headers offline: not buildable here
+        raise Skip(f"plugin not built: {str(exc).splitlines()[0]}") from None
 
     headers = str(json.loads((library.parent / INFO_FILE).read_text()).get("ort_headers_version", ""))
     if headers and release(ort.__version__) < release(headers):
@@ -754,15 +770,11 @@ def check_ort(setup: Setup, inputs: dict, time_left: float = 60) -> str:
         # A node ORT cannot place on CUDA must fail the session, not fall back to the CPU kernel.
         options.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
         register(options, library)
-        try:
-            session = ort.InferenceSession(one_node_model("myops", "Swish", element_type=dtype_name), options,
-                                           providers=exact_providers(["CUDAExecutionProvider"], ort.__version__))
-        except Exception as exc:  # the CUDA EP could not start: another CUDA major, no cuDNN, no device access
-            raise Skip(f"onnxruntime {ort.__version__} could not start its CUDA EP here: "
-                       f"{str(exc).strip().splitlines()[0][:300]}") from None
+        # The CUDA EP started above: a failure now (no CUDA kernel for the node, say) is the plugin's.
+        session = ort.InferenceSession(one_node_model("myops", "Swish", element_type=dtype_name), options,
+                                       providers=providers)
         if session.get_providers()[0] != "CUDAExecutionProvider":
-            raise Skip(f"onnxruntime {ort.__version__} fell back to {session.get_providers()}: its CUDA EP did not load "
-                       "(check `python -m ort_plugin.runner doctor`)")
+            raise AssertionError(f"the plugin's session runs on {session.get_providers()}, not the CUDA EP")
         (y,) = session.run(None, {"x": x})
         _close_np(y, cpu_kernel(x, 1.0), PLUGIN_TOL[dtype_name], f"ORT CUDA EP, {dtype_name}")
     setup.ort_plugin = library
@@ -901,8 +913,9 @@ def bench_stage(run: Run, setup: Setup, args) -> list[dict]:
                     continue
                 rows.append(make_row(setup, args, workload, shape, dtype_name, row, graph,
                                      per_element * x.numel() * itemsize, measured))
+                device = "    none" if measured["device_ms"] is None else f"{measured['device_ms']:8.4f}"
                 log(f"  {workload:11} {dtype_name:8} {row:24} per call p50 {measured['p50_ms']:8.4f} ms "
-                    f"(p20 {measured['p20_ms']:.4f}, p80 {measured['p80_ms']:.4f}), device {measured['device_ms']:8.4f} ms, "
+                    f"(p20 {measured['p20_ms']:.4f}, p80 {measured['p80_ms']:.4f}), device {device} ms, "
                     f"peak {measured['peak_mb']:8.1f} MiB")
             del x, grad
             torch.cuda.empty_cache()
@@ -1038,11 +1051,14 @@ def ort_per_call_target(setup: Setup, args) -> list[dict]:
              "timestamp": setup.facts.get("timestamp")}]
 
 
-def memory_targets(setup: Setup, rows: list[dict]) -> list[dict]:
-    """The fused op's peak memory below the composite's by at least one activation tensor (TARGET_WORKLOAD).
+MEMORY_SAVED_LIMIT = 0.95
 
-    The composite keeps beta*x and sigmoid(beta*x) alive next to its output; the op, only its output.
-    The ratio is the memory saved over one tensor's size.
+
+def memory_targets(setup: Setup, rows: list[dict]) -> list[dict]:
+    """The fused op's peak memory below the composite's by one activation tensor (TARGET_WORKLOAD).
+
+    At its peak the composite holds sigmoid(beta*x) beside its output; the op, only its output. The
+    ratio is the memory saved over one tensor's size; the limit leaves 5 % for allocator rounding.
     """
     results = []
     for dtype_name in DTYPES:
@@ -1055,11 +1071,11 @@ def memory_targets(setup: Setup, rows: list[dict]) -> list[dict]:
         results.append({
             "entry": setup.entry, "target": f"fused peak memory below the composite's, in activation tensors, "
             f"{dtype_name} {peaks['torch_extension']['shape']}", "numerator": "torch_composite peak - torch_extension peak",
-            "denominator": f"one tensor ({tensor_mb:.1f} MiB)", "median_ratio": round(ratio, 4), "limit": ">= 1.0",
-            "holds": ratio >= 1.0, "pairs": None, "threads": None, "opset": None,
+            "denominator": f"one tensor ({tensor_mb:.1f} MiB)", "median_ratio": round(ratio, 4),
+            "limit": f">= {MEMORY_SAVED_LIMIT}", "holds": ratio >= MEMORY_SAVED_LIMIT, "pairs": None, "threads": None, "opset": None,
             "git_sha": setup.facts.get("git_sha"), "timestamp": setup.facts.get("timestamp"),
         })
-        log(f"  {results[-1]['target']:90} {ratio:6.3f}  ({target_status(ratio, 1.0)})")
+        log(f"  {results[-1]['target']:90} {ratio:6.3f}  ({target_status(ratio, MEMORY_SAVED_LIMIT)})")
     return results
 
 

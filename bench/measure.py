@@ -129,8 +129,8 @@ class OrtRow:
     graph: str                # the node types ORT ran
     session: object
     tf32: str | None
-    first_call: Callable      # the untimed call that pays the session's one-off costs
-    batch: Callable | None    # batch(k): k runs without a synchronisation between them (io binding only)
+    batch: Callable | None = None       # batch(k): k runs without a synchronisation between them (io binding)
+    use_input: Callable | None = None   # use_input(tiny): bind a one-row input (True) or the real one (False)
 
 
 # A run option, not a session option: unknown keys are ignored, so on a release without it every run
@@ -176,28 +176,28 @@ def _ort_row(spec: dict, x_np, work: Path) -> OrtRow:
         def run():
             return session.run(None, feed)
 
-        return OrtRow(run, graph, session, tf32, run, None)
+        return OrtRow(run, graph, session, tf32)
     device = "cuda" if on_gpu else "cpu"
     binding = session.io_binding()
     output_name = session.get_outputs()[0].name
-    binding.bind_output(output_name, device, 0)
-    x_device = ort.OrtValue.ortvalue_from_numpy(x_np, device, 0)
+    inputs = {False: ort.OrtValue.ortvalue_from_numpy(x_np, device, 0)}
+    if _leading_axes_dynamic(session):
+        inputs[True] = ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(x_np[:1, :1]), device, 0)
+
+    def use_input(tiny: bool) -> bool:
+        """Bind the one-row input or the real one; False where the model's batch and sequence are fixed."""
+        if tiny not in inputs:
+            return False
+        binding.bind_ortvalue_input(input_name, inputs[tiny])
+        binding.clear_binding_outputs()  # an output of the other shape stays bound otherwise, and the run refuses it
+        binding.bind_output(output_name, device, 0)
+        return True
 
     def call():  # timed on the host between two synchronisations: torch-free, and what an ORT caller waits
         binding.synchronize_inputs()
         session.run_with_iobinding(binding)
         binding.synchronize_outputs()
         return binding
-
-    def first_call():
-        # On a one-row input (batch and sequence are dynamic): the EP's stream, library handles and
-        # workspace come into being, while the arena grows by a sliver only; then the real input.
-        small = ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(x_np[:1, :1]), device, 0)
-        binding.bind_ortvalue_input(input_name, small)
-        call()
-        binding.bind_ortvalue_input(input_name, x_device)
-        binding.clear_binding_outputs()  # the small output stays bound otherwise, and the real run refuses it
-        binding.bind_output(output_name, device, 0)
 
     no_sync = ort.RunOptions()
     no_sync.add_run_config_entry(NO_SYNC_BETWEEN_RUNS, "1")
@@ -209,8 +209,13 @@ def _ort_row(spec: dict, x_np, work: Path) -> OrtRow:
         binding.synchronize_outputs()
         return binding
 
-    binding.bind_ortvalue_input(input_name, x_device)
-    return OrtRow(call, graph, session, tf32, first_call, batch)
+    use_input(False)
+    return OrtRow(call, graph, session, tf32, batch, use_input)
+
+
+def _leading_axes_dynamic(session) -> bool:
+    shape = session.get_inputs()[0].shape
+    return len(shape) >= 2 and not any(isinstance(dim, int) for dim in shape[:2])
 
 
 def _graph_nodes(path: Path) -> str:
@@ -310,11 +315,15 @@ def _ort_cuda_version() -> str | None:
 HOST_TIMING_METHOD = "per call: host clock around each call"
 ORT_CUDA_TIMING_METHOD = ("per call: host clock around synchronize inputs, run, synchronize outputs (ORT's per-run "
                           "overhead included); device: {calls} runs without a synchronisation between them, host "
-                          "clock, median over {batches} batches / {calls} (the GPU's time per run when it, not the "
-                          "launches, is the bottleneck; otherwise an upper bound)")
+                          "clock, median over {batches} batches / {calls}")
+# The batch is the GPU's time only when the GPU, not ORT's per-run overhead, is the bottleneck: the
+# same batch on a one-row input (microseconds of GPU work) is that overhead, and the real input's
+# batch must take clearly longer.
+DEVICE_BOUND_FACTOR = 1.5
+BATCH_CALLS, BATCHES = 20, 10
 
 
-def batched_ms(batch: Callable, calls: int = 20, batches: int = 10) -> float:
+def batched_ms(batch: Callable, calls: int = BATCH_CALLS, batches: int = BATCHES) -> float:
     """Median milliseconds per run of batch(calls), over `batches` batches."""
     per_run = []
     for _ in range(batches):
@@ -322,6 +331,35 @@ def batched_ms(batch: Callable, calls: int = 20, batches: int = 10) -> float:
         batch(calls)
         per_run.append((time.perf_counter() - start) * 1e3 / calls)
     return statistics.median(per_run)
+
+
+def ort_device_ms(row: OrtRow) -> tuple[float | None, str]:
+    """The device time per run of an ORT row on the GPU, or None where ORT's own per-run overhead
+    hides it; and how it was taken."""
+    method = ORT_CUDA_TIMING_METHOD.format(calls=BATCH_CALLS, batches=BATCHES)
+    real = batched_ms(row.batch)
+    if not row.use_input(True):
+        return round(real, 5), method + " (an upper bound: the model's batch and sequence axes are fixed, so ORT's " \
+                                        "per-run overhead could not be measured apart)"
+    try:
+        overhead = batched_ms(row.batch)
+    finally:
+        row.use_input(False)
+    if real < DEVICE_BOUND_FACTOR * overhead:
+        return None, method + (f"; no device time: {real:.4f} ms a run against {overhead:.4f} ms for a one-row input, "
+                               "so ORT's per-run overhead, not the GPU, sets the pace (see the large workload)")
+    return round(real, 5), method + f" (ORT's per-run overhead, from a one-row input: {overhead:.4f} ms)"
+
+
+def _ort_step(step: Callable, what: str):
+    """Run one step of an ORT row; onnxruntime's own failure (a shape the model refuses, out of
+    memory) becomes a RowError that names the step."""
+    try:
+        return step()
+    except RowError:
+        raise
+    except Exception as exc:  # onnxruntime's exception types
+        raise RowError(f"onnxruntime failed in {what}: {str(exc).strip().splitlines()[0][:400]}") from exc
 
 
 def measure(spec: dict) -> dict:
@@ -345,15 +383,21 @@ def measure(spec: dict) -> dict:
             call()
         if on_gpu:
             # The CUDA EP creates its stream, cuBLAS/cuDNN handles and workspace in the first run: one-off
-            # costs, not the row's memory, so the baseline is read after a first run on a tiny input.
-            ort_row.first_call()
+            # costs, not the row's memory, so the baseline is read after a first run on a one-row input
+            # (on the real one where the model's axes are fixed: its arena growth is then left out).
+            tiny = ort_row.use_input(True)
+            _ort_step(call, "a first run")
+            if tiny:
+                ort_row.use_input(False)
             read_used, memory_method = _gpu_memory_probe()
+            if not tiny:
+                memory_method += "; batch and sequence fixed: the first run was the real input, so its arena growth is not counted"
             baseline = read_used() if read_used else 0
         else:
             baseline = _status_kib("VmRSS") * 1024
             memory_method = reset_peak()
         for _ in range(spec["warmup"]):
-            call()
+            _ort_step(call, "a warm-up run") if ort_row else call()
         times = []
         for _ in range(spec["runs"]):
             start = time.perf_counter()
@@ -361,8 +405,7 @@ def measure(spec: dict) -> dict:
             times.append(time.perf_counter() - start)
         device_ms, timing_method = None, HOST_TIMING_METHOD
         if on_gpu:
-            device_ms = round(batched_ms(ort_row.batch), 5)
-            timing_method = ORT_CUDA_TIMING_METHOD.format(calls=20, batches=10)
+            device_ms, timing_method = _ort_step(lambda: ort_device_ms(ort_row), "the batched runs")
             peak_mb = round(max(read_used() - baseline, 0) / 2**20, 2) if read_used else None
         else:
             peak_mb = round(max(_status_kib("VmHWM") * 1024 - baseline, 0) / 2**20, 2)
@@ -404,7 +447,7 @@ def measure_cuda(call, warmup: int, runs: int) -> dict:
     """
     import torch
 
-    from .cuda_timing import PER_CALL_METHOD, device_ms
+    from .cuda_timing import PER_CALL_METHOD, LaunchBound, device_ms
 
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
@@ -417,11 +460,15 @@ def measure_cuda(call, warmup: int, runs: int) -> dict:
         start.record()
         call()
         end.record()
-    torch.cuda.synchronize()
+        end.synchronize()  # each call starts on an idle stream, as a caller's next call would
     seconds = [start.elapsed_time(end) * 1e-3 for start, end in events]  # elapsed_time is in ms
     peak = torch.cuda.max_memory_allocated() - baseline
-    device, device_method = device_ms(call)
-    return {**percentiles_ms(seconds), "device_ms": round(device, 5), "timing_method": f"{PER_CALL_METHOD}; {device_method}",
+    try:
+        device, device_method = device_ms(call)
+        device = round(device, 5)
+    except LaunchBound as exc:
+        device, device_method = None, f"device: none ({exc})"
+    return {**percentiles_ms(seconds), "device_ms": device, "timing_method": f"{PER_CALL_METHOD}; {device_method}",
             "peak_mb": round(max(peak, 0) / 2**20, 2), "memory_method": CUDA_MEMORY_METHOD}
 
 

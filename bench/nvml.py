@@ -34,7 +34,7 @@ def cuda_pci_bus_id(device_id: int) -> str | None:
         bus_id = ctypes.create_string_buffer(64)
         if cudart.cudaDeviceGetPCIBusId(bus_id, ctypes.c_int(len(bus_id)), ctypes.c_int(device_id)) == 0:
             return bus_id.value.decode()
-        return None
+        # e.g. a runtime newer than the driver: another one may answer
     return None
 
 
@@ -58,9 +58,10 @@ def nvml_selector(device_id: int, visible: str | None, device_order: str | None)
         index = int(item)
     else:
         index = device_id
-    if device_order != "PCI_BUS_ID" and index != 0:
-        raise NvmlUnavailable(f"CUDA's device {index} need not be NVML's {index} (CUDA_DEVICE_ORDER is not PCI_BUS_ID) "
-                              "and the CUDA runtime was not found to ask: set CUDA_DEVICE_ORDER=PCI_BUS_ID")
+    if device_order != "PCI_BUS_ID":
+        raise NvmlUnavailable(f"CUDA's device {index} need not be NVML's {index} on a host with several GPUs (CUDA "
+                              "counts the fastest first) and no CUDA runtime answered to ask: set "
+                              "CUDA_DEVICE_ORDER=PCI_BUS_ID, or CUDA_VISIBLE_DEVICES to a GPU-UUID")
     return "index", index
 
 
@@ -73,6 +74,10 @@ class DeviceMemory:
                                   "was started without --gpus") from None
         self._check(self._lib.nvmlInit_v2(), "nvmlInit_v2")
         self._handle = ctypes.c_void_p()
+        visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")]
+        if any(v.startswith("MIG-") for v in visible):
+            raise NvmlUnavailable("CUDA_VISIBLE_DEVICES names a MIG instance: NVML's device memory would count the "
+                                  "whole GPU, not the instance")
         bus_id = cuda_pci_bus_id(device_id)
         if bus_id is not None:
             self.selected = f"PCI bus id {bus_id}"

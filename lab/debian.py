@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
@@ -34,7 +35,8 @@ def mirror() -> str:
 class Apt:
     """apt-get and apt-cache against one suite, in a scratch directory; use as a context manager."""
 
-    def __init__(self, suite: str, components: tuple[str, ...] = ("main",), timeout_s: float = 900):
+    def __init__(self, suite: str, components: tuple[str, ...] = ("main",), timeout_s: float | None = None):
+        """timeout_s: for all of this object's apt calls together (default: 900 s for each)."""
         if shutil.which("apt-get") is None or shutil.which("dpkg-deb") is None:
             raise DebianError("apt-get and dpkg-deb are needed to fetch Debian packages (a Debian-like host)")
         self.suite, self.components = suite, components
@@ -45,6 +47,7 @@ class Apt:
             f"deb [signed-by={KEYRING}] {mirror()} {suite} {' '.join(components)}\n")
         self._updated = False
         self.timeout_s = timeout_s
+        self.deadline = time.monotonic() + timeout_s if timeout_s else None
 
     def __enter__(self) -> "Apt":
         return self
@@ -55,17 +58,20 @@ class Apt:
     def _options(self) -> list[str]:
         # apt's own connection timeout within ours, and no retries: a dead mirror fails once, fast.
         network = [f"-o=Acquire::http::Timeout={max(int(self.timeout_s) // 3, 5)}", "-o=Acquire::Retries=0"] \
-            if self.timeout_s < 900 else []
+            if self.timeout_s else []
         return ["-q", *network, f"-o=Dir::Etc::SourceList={self.work / 'sources.list'}", "-o=Dir::Etc::SourceParts=/dev/null",
                 f"-o=Dir::State::Lists={self.work / 'lists'}", f"-o=Dir::Cache={self.work / 'cache'}",
                 "-o=Debug::NoLocking=1", "-o=APT::Sandbox::User=root"]
+
+    def _time_left(self) -> float:
+        return max(self.deadline - time.monotonic(), 1) if self.deadline else 900
 
     def _run(self, tool: str, *args: str, cwd: Path | None = None, timeout: float | None = None) -> str:
         if not self._updated and args[0] != "update":
             self._updated = True
             self._run("apt-get", "update")
         result = subprocess.run([tool, *self._options(), *args], cwd=cwd or self.work, capture_output=True,
-                                text=True, timeout=timeout or self.timeout_s)
+                                text=True, timeout=timeout or self._time_left())
         if result.returncode != 0:
             tail = [line for line in result.stderr.strip().splitlines() if line.strip()][-2:]
             raise DebianError(f"{tool} {args[0]} ({self.suite} {'/'.join(self.components)}) failed: {' | '.join(tail)}")

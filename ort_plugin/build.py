@@ -36,6 +36,10 @@ class BuildError(RuntimeError):
     pass
 
 
+class ToolMissing(BuildError):
+    """A tool the build needs is not installed (as opposed to a build that failed)."""
+
+
 def _run(cmd: list[str], *, log) -> str:
     log("[ort_plugin] " + " ".join(cmd))
     result = subprocess.run(cmd, capture_output=True, text=True)
@@ -71,7 +75,7 @@ def build(*, cuda: str = "AUTO", include_dir: str | None = None, sanitize: bool 
     if cuda not in {"ON", "OFF", "AUTO"}:
         raise BuildError(f"cuda must be ON, OFF or AUTO; got {cuda!r}")
     if shutil.which("cmake") is None:
-        raise BuildError("cmake is not installed: install it (apt-get install cmake, or pip install cmake)")
+        raise ToolMissing("cmake is not installed: install it (apt-get install cmake, or pip install cmake)")
     found = ort_headers.resolve(include_dir, log=log, timeout_s=fetch_timeout_s)
     build_dir = build_dir_for(cuda, found.version, sanitize, root)
     configure = [

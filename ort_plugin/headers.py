@@ -19,6 +19,7 @@ import socket
 import subprocess
 import tarfile
 import tempfile
+import threading
 import time
 import urllib.parse
 import urllib.request
@@ -101,16 +102,39 @@ def unreachable(url: str, timeout_s: float) -> str | None:
     """Why no connection to the host of `url` (or its proxy) opens within timeout_s, or None when one does.
 
     A host without a network then fails in seconds, not after a download's and apt's own timeouts.
+    The name lookup is inside the bound too (socket timeouts do not cover it).
     """
     parsed = urllib.parse.urlsplit(url)
     proxy = urllib.request.getproxies().get(parsed.scheme)
     target = urllib.parse.urlsplit(proxy) if proxy and not urllib.request.proxy_bypass(parsed.hostname or "") else parsed
     port = target.port or (443 if target.scheme == "https" else 80)
-    try:
-        with socket.create_connection((target.hostname, port), timeout=timeout_s):
-            return None
-    except OSError as exc:
-        return f"{target.hostname}:{port} cannot be reached ({exc or 'timed out'}): is this host offline?"
+    outcome: list[str | None] = []
+
+    def connect():
+        try:
+            with socket.create_connection((target.hostname, port), timeout=timeout_s):
+                outcome.append(None)
+        except OSError as exc:
+            outcome.append(str(exc) or "timed out")
+
+    probe = threading.Thread(target=connect, daemon=True)
+    probe.start()
+    probe.join(timeout_s)
+    if not outcome:
+        return f"{target.hostname}:{port} gave no answer within {timeout_s:.0f} s: is this host offline?"
+    if outcome[0] is not None:
+        return f"{target.hostname}:{port} cannot be reached ({outcome[0]}): is this host offline?"
+    return None
+
+
+def _download(url: str, dest: Path, timeout_s: float) -> None:
+    """url to dest within timeout_s in all (urlopen's timeout is per socket operation)."""
+    deadline = time.monotonic() + timeout_s
+    with urllib.request.urlopen(url, timeout=timeout_s) as response, open(dest, "wb") as out:
+        while block := response.read(1 << 20):
+            out.write(block)
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{url} did not finish downloading within {timeout_s:.0f} s")
 
 
 def _from_release_archive(pin: HeaderPin, cache_dir: Path, work: Path, timeout_s: float = 30) -> Path:
@@ -121,8 +145,7 @@ def _from_release_archive(pin: HeaderPin, cache_dir: Path, work: Path, timeout_s
         raise HeadersNotFound(why)
     archive = work / "ort.tgz"
     try:
-        with urllib.request.urlopen(pin.archive_url, timeout=timeout_s) as response, open(archive, "wb") as out:
-            shutil.copyfileobj(response, out)
+        _download(pin.archive_url, archive, timeout_s)
     except OSError as exc:
         raise HeadersNotFound(f"could not download {pin.archive_url}: {exc}") from exc
     if _sha256(archive) != pin.archive_sha256:

@@ -167,8 +167,8 @@ def bench(args) -> int:
                 paths[lowering], beta = str(Path(args.artifacts) / item["file"]), item["beta"]
             if model_of[workload] == "swish":
                 paths["copy"] = write_copy_model(Path(tmp) / f"copy-opset{opset}.onnx", opset)
-            runs = dict(warmup=args.warmup, runs=args.runs) if workload == "swish" else dict(warmup=args.ffn_warmup,
-                                                                                            runs=args.ffn_runs)
+            runs = dict(warmup=args.warmup, runs=args.runs) if model_of[workload] == "swish" else \
+                dict(warmup=args.ffn_warmup, runs=args.ffn_runs)
             common = dict(workload=workload, beta=beta, threads=args.threads, opset=opset, exporter=exporter,
                           execution_provider=provider, **runs)
             specs += ort_row_specs(common, paths, library)

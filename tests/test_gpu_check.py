@@ -265,17 +265,13 @@ def test_main_runs_the_stages_and_writes_only_when_correct(ext, monkeypatch, tmp
 
 def test_large_cases_go_round_both_stride_loops():
     """Sizes from the kernel's own launch constants: every dtype's vector loop and scalar loop iterate."""
-    threads, blocks, vec_bytes = gpu_check.launch_limits()
-    assert (threads, vec_bytes) == (256, 16) and blocks > 0
-    grid = threads * blocks
-    for itemsize in (4, 2):
-        n = gpu_check.stride_loop_size(itemsize)
-        assert n // (vec_bytes // itemsize) >= 2 * grid  # aligned: packs beyond two grids
-        assert n - 1 >= 2 * grid                         # from offset 1: scalar elements beyond two grids
-    assert gpu_check.stride_loop_size(2) > (1 << 26) + 5  # the old fp16 case never left the first grid
+    assert gpu_check.launch_limits() == (256, 65535, 16)  # read off kernels/swish_cuda.cu
+    grid = 256 * 65535
+    assert gpu_check.stride_loop_size(4) // 4 >= 2 * grid and gpu_check.stride_loop_size(2) // 8 >= 2 * grid
+    assert (1 << 26) // 8 < grid  # the old float16 case (2^26 + 5) never left the first grid
 
 
-def test_direct_build_uses_the_standard_of_this_torch():
+def test_direct_build_uses_the_standard_of_this_torch(tmp_path):
     import torch
 
     from lab.compat import extension_cxx_standard
@@ -283,6 +279,14 @@ def test_direct_build_uses_the_standard_of_this_torch():
     jobs, _, _ = gpu_check.direct_build_plan(None, None)
     (command,) = jobs.values()
     assert f"-std={extension_cxx_standard(torch.__version__)}" in command
+    # An nvcc that answers as CUDA 11.8's does: C++20 torch headers cannot be compiled with it.
+    nvcc = tmp_path / "nvcc"
+    nvcc.write_text("#!/bin/sh\necho 'Cuda compilation tools, release 11.8, V11.8.89'\n"
+                    "echo 'Build cuda_11.8.r11.8/compiler.31833905_0'\n")
+    nvcc.chmod(0o755)
+    if extension_cxx_standard(torch.__version__) == "c++20":
+        with pytest.raises(ValueError, match="nvcc 11.8 cannot compile"):
+            gpu_check.direct_build_plan("90", str(nvcc))
 
 
 def test_an_onnxruntime_without_the_cuda_ep_is_a_skip_not_a_failure(tmp_path):

@@ -263,3 +263,17 @@ def test_headers_offline_fail_in_seconds_with_the_fix(tmp_path, monkeypatch):
     assert time.monotonic() - began < 10
     text = str(caught.value)
     assert text.count("127.0.0.1:9 cannot be reached") == 2 and "ORT_INCLUDE_DIR" in text
+    # A server that takes the connection and never answers: the whole resolve is bounded by the time given.
+    import socket
+
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        monkeypatch.setattr(lab.debian, "mirror", lambda: url + "/debian")
+        began = time.monotonic()
+        with pytest.raises(headers.HeadersNotFound) as caught:
+            headers.resolve(pin=headers.HeaderPin("9.99.1", url + "/ort.tgz", "0" * 64, "libonnxruntime-dev", "trixie",
+                                                  "9.99.1", "0" * 64), log=lambda m: None, timeout_s=3)
+        assert time.monotonic() - began < 6
+    assert "timed out" in str(caught.value) and "not tried, the 3 s allowed for fetching were spent" in str(caught.value)
