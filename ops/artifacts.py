@@ -14,6 +14,7 @@ import json
 import shutil
 import sys
 import tempfile
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +26,17 @@ INPUT_SHAPE = (3, 7, 768)  # differs from the export shape on purpose: dynamic a
 MANIFEST = "manifest.json"
 INPUT_SEEDS = {"swish": 101, "ffn": 202}
 BETAS = {"swish": 1.702, "ffn": 1.0}
+
+
+def save_npz(path: Path, **arrays) -> None:
+    """np.savez with a fixed date in every member (np.savez stamps the current time): the same arrays
+    give the same bytes on every build."""
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED) as archive:
+        for name, array in arrays.items():
+            member = zipfile.ZipInfo(f"{name}.npy", date_time=(1980, 1, 1, 0, 0, 0))
+            member.external_attr = 0o644 << 16
+            with archive.open(member, "w", force_zip64=True) as handle:
+                np.lib.format.write_array(handle, np.asanyarray(array), allow_pickle=False)
 
 
 def sha256(path: Path) -> str:
@@ -48,8 +60,8 @@ def write(out: Path, *, exporters, opsets, log=print) -> dict:
             with torch.no_grad():
                 y = E.build_model(model_name, beta=beta)(x)
             inputs, reference = f"inputs-{model_name}.npz", f"reference-{model_name}.npz"
-            np.savez(staging / inputs, **{E.INPUT_NAME: x.numpy()})
-            np.savez(staging / reference, **{E.OUTPUT_NAME: y.numpy()})
+            save_npz(staging / inputs, **{E.INPUT_NAME: x.numpy()})
+            save_npz(staging / reference, **{E.OUTPUT_NAME: y.numpy()})
             for exporter in exporters:
                 for opset in opsets(exporter):
                     for lowering in E.LOWERINGS:
