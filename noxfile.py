@@ -207,6 +207,19 @@ def tests(session: nox.Session) -> None:
 
 
 @nox.session
+def reproduce(session: nox.Session) -> None:
+    """Build an entry's artifacts twice (two clones: other folders, time zones, locales, umasks) and
+    compare them byte for byte; results/reproducibility.csv, exit 1 on an unexplained difference."""
+    parser = argparse.ArgumentParser(prog="nox -s reproduce --", description=reproduce.__doc__)
+    parser.add_argument("entry", nargs="?", default=matrix.DEFAULT_ENTRY)
+    parser.add_argument("--cuda-architectures", help="also the CUDA plugin for these (CMake syntax, e.g. 90-real)")
+    args = _parse(session, parser)
+    _install(session, _entry(session, args.entry))
+    extra = ["--cuda-architectures", args.cuda_architectures] if args.cuda_architectures else []
+    session.run("python", "-m", "lab.reproduce", args.entry, *extra)
+
+
+@nox.session
 def sanitize(session: nox.Session) -> None:
     """Build the plugin with ASan + UBSan (CPU) and run it through onnxruntime under them."""
     _install(session, _entry(session, matrix.DEFAULT_ENTRY))
