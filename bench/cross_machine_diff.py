@@ -33,7 +33,8 @@ RESULTS = REPO / "results"
 TOLERANCES = Path(__file__).resolve().parent / "tolerances.yaml"
 COLUMNS = ["reference", "target", "model", "output", "shape", "max_abs", "max_rel", "mean_abs", "median_abs",
            "tolerance", "above_tolerance", "worst_index", "reference_value", "target_value", "ok",
-           "reference_host", "target_host", "reference_ort", "target_ort", "target_providers"]
+           "reference_host", "target_host", "reference_ort", "target_ort", "target_providers", "model_sha256",
+           "reference_plugin_sha256", "target_plugin_sha256"]
 
 
 @dataclass(frozen=True)
@@ -207,7 +208,7 @@ def run(target_specs: list[str], *, artifacts: Path, results: Path = RESULTS, ti
     if len(targets) < 2:
         raise ValueError("give at least two targets to compare")
     try:
-        load_manifest(artifacts)  # refuse damaged local artifacts before shipping them anywhere
+        manifest = load_manifest(artifacts)  # refuse damaged local artifacts before shipping them anywhere
     except ArtifactError as exc:
         log(f"FAIL artifacts: {exc}")
         return 1
@@ -239,7 +240,10 @@ def run(target_specs: list[str], *, artifacts: Path, results: Path = RESULTS, ti
                                target_host=provenance[target.label].get("host"),
                                reference_ort=provenance[reference.label].get("onnxruntime"),
                                target_ort=provenance[target.label].get("onnxruntime"),
-                               target_providers=",".join(provenance[target.label].get("execution_providers", [])))
+                               target_providers=",".join(provenance[target.label].get("execution_providers", [])),
+                               model_sha256=manifest["files"].get(row["model"]),
+                               reference_plugin_sha256=provenance[reference.label].get("plugin_sha256"),
+                               target_plugin_sha256=provenance[target.label].get("plugin_sha256"))
                     rows.append(row)
                     if not row["ok"]:
                         where = (f"worst element {row['worst_index']}: {row['reference_value']!r} vs {row['target_value']!r}, "

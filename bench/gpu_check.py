@@ -860,8 +860,19 @@ def make_row(setup: Setup, args, workload: str, shape, dtype_name: str, row: str
         "torch": facts.get("torch"), "onnx": facts.get("onnx"), "onnxruntime": facts.get("onnxruntime"),
         "cuda": facts.get("torch_cuda"), "driver": setup.driver, "device": setup.device,
         "git_sha": facts.get("git_sha"), "git_dirty": facts.get("git_dirty"), "image": facts.get("image") or "",
+        "extension_sha256": extension_sha256(), "plugin_sha256": None, "model_sha256": None,
         "timestamp": facts.get("timestamp"),
     }
+
+
+def extension_sha256() -> str | None:
+    """The sha256 of the extension library this process loaded."""
+    import ops
+
+    from .rows import file_sha256
+
+    library = getattr(ops, "_loaded_from", None)
+    return file_sha256(library) if library and Path(library).is_file() else None
 
 
 def torch_tf32() -> str:

@@ -4,6 +4,7 @@ Torch-free (the infer image writes these rows too). One row per measurement, lon
 """
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 from .workloads import WORKLOADS
@@ -13,7 +14,8 @@ COLUMNS = [
     "execution_provider", "tf32", "threads", "warmup", "runs", "p20_ms", "p50_ms", "p80_ms", "device_ms",
     "timing_method", "peak_mb", "memory_method",
     "bytes_moved", "gb_per_s", "fraction_of_copy", "custom_node_share", "torch", "onnx", "onnxruntime", "cuda",
-    "driver", "device", "git_sha", "git_dirty", "image", "timestamp",
+    "driver", "device", "git_sha", "git_dirty", "image", "extension_sha256", "plugin_sha256", "model_sha256",
+    "timestamp",
 ]
 KEY = ["entry", "workload", "row", "dtype", "shape", "beta", "opset", "exporter", "ort_opt_level",
        "execution_provider", "threads"]
@@ -58,8 +60,21 @@ def record(entry: str, spec: dict, measured: dict, facts: dict) -> dict:
         "cuda": measured.get("cuda") or facts.get("torch_cuda"), "driver": facts.get("driver"),
         "device": facts.get("gpu") if measured["execution_provider"] == "CUDAExecutionProvider" else facts.get("cpu"),
         "git_sha": facts.get("git_sha"), "git_dirty": facts.get("git_dirty"), "image": facts.get("image") or "",
+        # The exact binaries and model the row ran: torch rows the extension, ORT rows their ONNX file
+        # and (custom op) the plugin; reproducible builds make these comparable across machines.
+        "extension_sha256": facts.get("extension_sha256") if spec["row"].startswith("torch_") else None,
+        "plugin_sha256": file_sha256(spec["plugin"]) if spec.get("plugin") else None,
+        "model_sha256": file_sha256(spec["model_path"]) if spec.get("model_path") else None,
         "timestamp": facts.get("timestamp"),
     }
+
+
+def file_sha256(path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def kernel_ms(row: dict) -> float:

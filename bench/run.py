@@ -19,7 +19,7 @@ from pathlib import Path
 from lab import matrix, provenance
 from lab.files import write_csv_atomic
 
-from .rows import COLUMNS, KEY, derive, ort_row_specs, record, write_copy_model  # noqa: F401 (COLUMNS, KEY: imported from here elsewhere)
+from .rows import COLUMNS, KEY, derive, file_sha256, ort_row_specs, record, write_copy_model  # noqa: F401 (COLUMNS, KEY: imported from here elsewhere)
 from .rows import write as write_rows
 from .workloads import GPU_ONLY_WORKLOADS, WORKLOADS
 
@@ -106,6 +106,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"[bench] entry {args.entry}: torch {facts['torch']}, onnxruntime {facts['onnxruntime']}, "
           f"{facts['cpu']} x{facts['cores']}, {args.threads} threads, opsets {opsets}", flush=True)
     plugin = str(build_plugin(log=lambda m: None))
+    from ops.build import build as build_extension
+
+    facts["extension_sha256"] = file_sha256(build_extension())
     out_dir = args.results / args.entry
     trace_dir = out_dir / "traces"
     with tempfile.TemporaryDirectory(prefix="bench-models-") as tmp:

@@ -45,8 +45,8 @@ def plugin_section(library, ort_facts: dict) -> tuple[list[Finding], LibraryInfo
     except PluginError as exc:
         return [Finding("fail", "plugin", str(exc))], None
     info = read_library(path)
-    digest = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
-    findings = [Finding("ok", "plugin", f"{path} ({path.stat().st_size // 1024} KiB, sha256 {digest}...)")]
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()  # whole: what result rows and reproducibility.csv name
+    findings = [Finding("ok", "plugin", f"{path} ({path.stat().st_size // 1024} KiB, sha256 {digest})")]
     extra = [s for s in info.exported if s != "RegisterCustomOps"]
     findings.append(Finding("warn" if extra else "ok", "exported symbols", ", ".join(info.exported),
                             "build with ort_plugin/exports.map so only RegisterCustomOps is visible" if extra else ""))
@@ -138,7 +138,8 @@ def model_section(path: Path, info: LibraryInfo | None) -> list[Finding]:
     except ModelFileError as exc:
         return [Finding("fail", "model", str(exc))]
     opsets = ", ".join(f"{d or 'ai.onnx'} {v}" for d, v in sorted(summary.opset_imports.items()))
-    findings = [Finding("info", "opset imports", f"{opsets} (IR version {summary.ir_version})")]
+    findings = [Finding("info", "model", f"{path} (sha256 {hashlib.sha256(Path(path).read_bytes()).hexdigest()})"),
+                Finding("info", "opset imports", f"{opsets} (IR version {summary.ir_version})")]
     findings.extend(diagnose_model(summary, info))
     if not custom_nodes(summary):
         findings.append(Finding("info", "custom ops", "none: the model runs on onnxruntime's built-in ops alone"))

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from .diagnose import FeedError, check_feed
-from .loader import PluginError, default_library, make_session
+from .loader import PluginError, check_library, default_library, make_session
 from .onnx_file import ModelFileError
 
 RTOL, ATOL = 1e-4, 1e-5
@@ -122,6 +122,8 @@ def dump(args) -> int:
         np.savez(handle, **arrays)
     os.replace(tmp, out / "outputs.npz")
     facts = host_facts(eps)
+    plugin_path = check_library(library)
+    facts.update(plugin=str(plugin_path), plugin_sha256=hashlib.sha256(plugin_path.read_bytes()).hexdigest())
     (out / "provenance.json").write_text(json.dumps(facts, indent=2) + "\n")
     print(f"dump: {len(arrays)} outputs to {out / 'outputs.npz'} ({facts['host']}, onnxruntime {facts['onnxruntime']})")
     return 0

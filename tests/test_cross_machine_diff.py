@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import csv
+import hashlib
+import json
 import shutil
 import socket
 import subprocess
@@ -41,6 +43,12 @@ def test_default_pair_docker_vs_local(artifacts, cpu_images, plugin_path, tmp_pa
     log = []
     assert xdiff.run(["docker", "local"], artifacts=artifacts, results=tmp_path, log=log.append,
                      plugins={"local": str(plugin_path)}) == 0, log
+    # Every record names the model and both plugins by sha256.
+    manifest = json.loads((artifacts / "manifest.json").read_text())
+    local_plugin = hashlib.sha256(Path(plugin_path).read_bytes()).hexdigest()
+    for row in _rows(tmp_path):
+        assert row["model_sha256"] == manifest["files"][row["model"]]
+        assert row["target_plugin_sha256"] == local_plugin and len(row["reference_plugin_sha256"]) == 64
 
 
 @pytest.fixture(scope="module")

@@ -5,6 +5,7 @@ with one recorded fact changed, which is exactly what a library built elsewhere 
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
@@ -57,7 +58,10 @@ def test_doctor_is_all_green_on_a_healthy_machine(ext, plugin_path, tmp_path):
                      "onnxruntime:", "execution providers:", "exported symbols: RegisterCustomOps",
                      "C API version: built for", "myops::Swish v1+ on CPUExecutionProvider: registered and runs [float32]",
                      "opset imports: ai.onnx 17, myops 1", "myops::Swish (1 node): registered by the plugin",
-                     "dynamic axes 0 (batch), 1 (seq)"):
+                     "dynamic axes 0 (batch), 1 (seq)",
+                     # the exact binaries, as result rows and results/reproducibility.csv name them
+                     f"sha256 {hashlib.sha256(Path(plugin_path).read_bytes()).hexdigest()}",
+                     f"sha256 {hashlib.sha256(Path(model.path).read_bytes()).hexdigest()}"):
         assert expected in out, f"{expected!r} missing from:\n{out}"
 
 

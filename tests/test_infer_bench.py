@@ -6,6 +6,8 @@ cannot run without a GPU; what it refuses, and its io-binding code on the CPU de
 from __future__ import annotations
 
 import csv
+import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -71,6 +73,13 @@ def test_writes_the_ort_rows_in_the_results_format(artifacts, plugin_path, no_to
     p50 = {k: float(r["p50_ms"]) for k, r in rows.items()}
     assert float(rows[("ort_custom", "all")]["fraction_of_copy"]) == pytest.approx(p50[("ort_copy", "all")] / p50[("ort_custom", "all")], rel=2e-3)
     assert (out / "bench_all.csv").is_file()
+    # Each row names the exact plugin and model it ran.
+    manifest = json.loads((artifacts / "manifest.json").read_text())
+    custom = rows[("ort_custom", "all")]
+    assert custom["plugin_sha256"] == hashlib.sha256(Path(plugin_path).read_bytes()).hexdigest()
+    assert custom["model_sha256"] == manifest["files"]["swish-custom-dynamo-opset18.onnx"]
+    assert rows[("ort_composite", "all")]["model_sha256"] == manifest["files"]["swish-decomposed-dynamo-opset18.onnx"]
+    assert rows[("ort_composite", "all")]["plugin_sha256"] == "" and custom["extension_sha256"] == ""
 
 
 def test_a_failing_row_writes_nothing(artifacts, no_torch_no_onnx, tmp_path):
