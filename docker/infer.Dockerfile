@@ -49,6 +49,10 @@ CMD ["verify"]
 COPY --from=plugin /build/libmyops_ort.so /opt/myops/lib/libmyops_ort.so
 COPY --from=artifacts /lab/artifacts /opt/myops/artifacts
 COPY app/ /opt/myops/app/
+# Modes made the same whatever the checkout's umask, then every file's sha256, mode and owner
+# recorded: two builds of one commit can be shown equal, and `verify` checks it first.
+ENV MYOPS_CONTENTS=/opt/myops/CONTENTS
+RUN chmod -R u=rwX,go=rX /opt/myops && python -B -m ort_plugin.contents write /opt/myops
 USER lab
 # Labels last: the revision changes with every commit, and an ARG in scope of a RUN is part of its cache key.
 ARG REVISION=unknown VERSION CREATED IMAGE TORCH_CUDA_ARCH_LIST="" TOOLKIT=""

@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from .docker import DockerError
 from .files import shown, write_csv_atomic
 
 REPO = Path(__file__).resolve().parent.parent
@@ -39,9 +40,9 @@ VARIATIONS = {
                                                            "LANG": "C.UTF-8"}, "umask": 0o077},
 }
 
-# Differences that are understood and cannot be removed, by artifact: none today. A new one goes
-# here with its cause, or is fixed.
-EXPLAINED: dict[str, str] = {}
+# Differences that are understood and cannot be removed, by artifact or by (comparison, artifact):
+# none today. A new one goes here with its cause, or is fixed.
+EXPLAINED: dict = {}
 
 
 class ReproduceError(RuntimeError):
@@ -113,6 +114,56 @@ def build_all(build: Build, entry: str, cuda_architectures: str | None) -> dict[
     return found
 
 
+HOST_VS_IMAGE = "host build (a) vs the entry's images"
+REVISION_LABEL = "org.opencontainers.image.revision"
+
+
+def from_images(entry_id: str, head: str, out: Path, *, build: bool) -> tuple[dict[str, Path], str | None]:
+    """{artifact: file} copied out of the entry's images (built first when missing or from another
+    commit, if `build`), or why there are none."""
+    from . import docker, matrix
+
+    entry = matrix.entry(entry_id)
+    tags = docker.image_tags(entry)
+    if docker.daemon_version() is None:
+        return {}, "no Docker daemon answers here"
+
+    def stale() -> str | None:
+        for tag in tags.values():
+            if docker.image_id(tag) is None:
+                return f"{tag} is not built here"
+            labels = docker._docker("image", "inspect", "--format", "{{json .Config.Labels}}", tag).stdout.decode()
+            if head not in labels:
+                return f"{tag} was built from another commit than HEAD {head[:12]}"
+        return None
+
+    why = stale()
+    if why and build:
+        log(f"{why}: building the {entry_id} images from this checkout")
+        docker.build_images(entry_id, log=log)
+        why = stale()
+    if why:
+        return {}, why + f" (`nox -s build -- {entry_id}`, or --images to build them here)"
+    found: dict[str, Path] = {}
+    for kind, copies in (("infer", {"/opt/myops/lib/libmyops_ort.so": "ort plugin (image)",
+                                    "/opt/myops/artifacts": "artifacts"}),
+                         ("train", {"/lab/build/ops": "train-build"})):
+        (out / kind).mkdir(parents=True, exist_ok=True)
+        container = docker._docker("create", tags[kind]).stdout.decode().strip()
+        try:
+            for source, name in copies.items():
+                docker._docker("cp", f"{container}:{source}", str(out / kind / name.replace(" ", "_")))
+        finally:
+            docker._docker("rm", container, check=False)
+    found["ort plugin (CPU)" if entry["device"] == "cpu" else "ort plugin (CUDA, image)"] = \
+        out / "infer" / "ort_plugin_(image)"
+    for path in sorted((out / "infer" / "artifacts").iterdir()):
+        found[f"artifacts/{path.name}"] = path
+    (extension,) = (out / "train" / "train-build").glob("*/myops_swish.so")
+    found["extension"] = extension
+    return found, None
+
+
 def diffoscope(name: str, a: Path, b: Path) -> str:
     """A report of how a and b differ, kept under build/reproduce/; what it says, in one line."""
     if shutil.which("diffoscope") is None:
@@ -134,7 +185,8 @@ def compare(entry: str, a: dict[str, Path], b: dict[str, Path], compared: str, f
             continue
         digest_a, digest_b = sha256(a[name]), sha256(b[name])
         same = digest_a == digest_b
-        cause = "" if same else EXPLAINED.get(name) or f"unexplained: {diffoscope(name, a[name], b[name])}"
+        cause = "" if same else (EXPLAINED.get((compared, name)) or EXPLAINED.get(name)
+                                 or f"unexplained: {diffoscope(name, a[name], b[name])}")
         rows.append(dict(facts, entry=entry, artifact=name, compared=compared, sha256_a=digest_a, sha256_b=digest_b,
                          identical=same, cause=cause))
     return rows
@@ -145,6 +197,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("entry", nargs="?", default="cpu")
     parser.add_argument("--cuda-architectures", help="also build the CUDA plugin for these (CMake syntax), where "
                                                      "nvcc is here; e.g. 90-real")
+    parser.add_argument("--images", action="store_true", help="build the entry's images from this checkout where "
+                        "they are missing or from another commit, and compare the host build with them")
     parser.add_argument("--results", type=Path, default=REPO / "results")
     args = parser.parse_args(argv)
     if args.cuda_architectures and shutil.which("nvcc") is None:
@@ -163,16 +217,26 @@ def main(argv: list[str] | None = None) -> int:
                     f"umask {build.umask:03o})")
             found = [build_all(build, args.entry, args.cuda_architectures) for build in builds]
             rows = compare(args.entry, *found, compared="two clean builds in different folders", facts=facts)
-    except (ReproduceError, subprocess.SubprocessError, ValueError) as exc:
+            imaged, why = from_images(args.entry, facts["git_sha"], Path(tmp) / "images", build=args.images)
+            if why:
+                log(f"host vs image: not compared: {why}")
+                rows.append(dict(facts, entry=args.entry, artifact="(the entry's images)", compared=HOST_VS_IMAGE,
+                                 sha256_a="", sha256_b="", identical="", cause=f"not compared: {why}"))
+            else:
+                shared = {name: found[0][name] for name in imaged if name in found[0]}
+                rows += compare(args.entry, shared, {name: imaged[name] for name in shared}, HOST_VS_IMAGE, facts)
+    except (ReproduceError, subprocess.SubprocessError, ValueError, DockerError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     write_csv_atomic(args.results / "reproducibility.csv", rows, COLUMNS)
-    different = [r for r in rows if not r["identical"]]
+    different = [r for r in rows if r["identical"] is False]
     unexplained = [r for r in different if r["cause"].startswith(("unexplained", "only in"))]
-    for r in rows:
-        log(f"{'identical' if r['identical'] else 'DIFFERENT'}  {r['artifact']}"
+    compared = [r for r in rows if r["identical"] != ""]
+    for r in compared:
+        log(f"{'identical' if r['identical'] else 'DIFFERENT'}  {r['artifact']} ({r['compared']})"
             + (f"  {r['sha256_a'][:16]}" if r["identical"] else f"  {r['cause']}"))
-    log(f"{len(rows) - len(different)} of {len(rows)} artifacts identical, {len(unexplained)} unexplained differences; "
+    log(f"{len(compared) - len(different)} of {len(compared)} comparisons identical, {len(unexplained)} unexplained "
+        "differences; "
         f"{time.monotonic() - began:.0f} s; wrote {shown(args.results / 'reproducibility.csv')}")
     return 1 if unexplained else 0
 

@@ -91,6 +91,16 @@ def run_models(artifacts: Path, *, library, execution_providers, selected=None):
 
 
 def verify(args) -> int:
+    contents = os.environ.get("MYOPS_CONTENTS")  # set in the infer image: its recorded content manifest
+    if contents:
+        from .contents import ContentsError, check
+
+        try:
+            value, files = check(Path(contents).parent)
+        except ContentsError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        print(f"verify: contents sha256 {value} ({files} files under {Path(contents).parent}, as recorded at build)")
     eps = providers(args.providers)
     library = args.plugin or default_library()
     failures = 0
