@@ -72,7 +72,7 @@ def test_infer_verifies_the_plugin(cpu_images):
     assert result.returncode == 0, out + result.stderr.decode(errors="replace")
     assert "all models match" in out and out.count("ok  ") == 24, out
     # The image's recorded contents checked first; the same digest as the manifest the build wrote.
-    recorded = docker.run(cpu_images["infer"], "-c", "import hashlib; from ort_plugin import contents; "
+    recorded = docker.run(cpu_images["infer"], "-c", "from ort_plugin import contents; "
                           "print(contents.digest(contents.manifest_lines(__import__('pathlib').Path('/opt/myops'))))",
                           entrypoint="python").stdout.decode().strip()
     assert f"verify: contents sha256 {recorded} (" in out, out
