@@ -213,9 +213,12 @@ def reproduce(session: nox.Session) -> None:
     parser = argparse.ArgumentParser(prog="nox -s reproduce --", description=reproduce.__doc__)
     parser.add_argument("entry", nargs="?", default=matrix.DEFAULT_ENTRY)
     parser.add_argument("--cuda-architectures", help="also the CUDA plugin for these (CMake syntax, e.g. 90-real)")
+    parser.add_argument("--images", action="store_true",
+                        help="compare with the entry's images too, building them from this checkout where needed")
     args = _parse(session, parser)
     _install(session, _entry(session, args.entry))
     extra = ["--cuda-architectures", args.cuda_architectures] if args.cuda_architectures else []
+    extra += ["--images"] if args.images else []
     session.run("python", "-m", "lab.reproduce", args.entry, *extra)
 
 
