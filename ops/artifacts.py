@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import io
 import json
 import shutil
 import sys
@@ -35,8 +36,10 @@ def save_npz(path: Path, **arrays) -> None:
         for name, array in arrays.items():
             member = zipfile.ZipInfo(f"{name}.npy", date_time=(1980, 1, 1, 0, 0, 0))
             member.external_attr = 0o644 << 16
-            with archive.open(member, "w", force_zip64=True) as handle:
-                np.lib.format.write_array(handle, np.asanyarray(array), allow_pickle=False)
+            data = io.BytesIO()
+            np.lib.format.write_array(data, np.asanyarray(array), allow_pickle=False)
+            # Whole bytes, not a stream: how zipfile streams (zip64 headers) changed within Python 3.11.
+            archive.writestr(member, data.getvalue())
 
 
 def sha256(path: Path) -> str:

@@ -119,9 +119,13 @@ def build(verbose: bool = False) -> Path:
 
 
 def _path_free_flags(build_dir: Path) -> list[str]:
-    """The checkout's and the build's folders out of the binary (__FILE__ in torch's checks): the
-    same sources then give the same bytes wherever they are cloned."""
-    maps = {REPO: ".", build_dir: "build"}
+    """The checkout's, torch's and the build's folders out of the binary (__FILE__ in torch's
+    checks): the same sources then give the same bytes wherever they are cloned, in any venv or
+    image. Most specific last: GCC applies the last map that matches."""
+    import torch
+
+    site_packages = Path(torch.__file__).resolve().parent.parent
+    maps = {REPO: ".", site_packages: "site-packages", build_dir: "build"}
     return [f"-ffile-prefix-map={folder}={name}" for folder, name in maps.items()]
 
 
