@@ -193,3 +193,39 @@ def test_an_official_base_that_is_not_here_stops_with_what_to_do(daemon):
 def test_no_daemon_is_one_clear_message(tmp_path):
     with pytest.raises(docker.DockerError, match="no Docker daemon answers at unix://"):
         docker.require_daemon(host=f"unix://{tmp_path}/nobody.sock")
+
+
+def _contents_digest(tag: str) -> str:
+    result = docker.run(tag, "verify")
+    line = next(line for line in result.stdout.decode().splitlines() if line.startswith("verify: contents sha256 "))
+    return line.split()[3]
+
+
+def test_two_builds_of_one_commit_hold_the_same_contents(cpu_images, tmp_path):
+    """Built again from a clone in another folder with umask 077 (every file 0600 in the build
+    context): Docker's image ID changes, the recorded contents do not."""
+    import os
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parent.parent
+    first = _contents_digest(cpu_images["infer"])
+    first_id = docker.image_id(cpu_images["infer"])
+    clone = tmp_path / "elsewhere" / "myops-lab"
+    files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"], cwd=repo,
+                           capture_output=True, check=True).stdout.decode().split("\0")
+    old_umask = os.umask(0o077)
+    try:  # the working tree (what cpu_images was built from), every file written anew: mode 0600
+        for name in filter(None, files):
+            if (repo / name).is_file():
+                (clone / name).parent.mkdir(parents=True, exist_ok=True)
+                (clone / name).write_bytes((repo / name).read_bytes())
+    finally:
+        os.umask(old_umask)
+    subprocess.run(["git", "init", "--quiet"], cwd=clone, check=True)  # revision() asks git; unknown is fine
+    assert (clone / "lab" / "docker.py").stat().st_mode & 0o777 == 0o600
+    subprocess.run([sys.executable, "-c", "from lab import docker; docker.build_images('cpu', log=lambda m: None)"],
+                   cwd=clone, check=True, timeout=1800, preexec_fn=lambda: os.umask(0o077),
+                   env=dict(os.environ, PYTHONPATH=str(clone)))
+    assert docker.image_id(cpu_images["infer"]) != first_id
+    assert _contents_digest(cpu_images["infer"]) == first
