@@ -164,6 +164,33 @@ def from_images(entry_id: str, head: str, out: Path, *, build: bool) -> tuple[di
     return found, None
 
 
+LOCK_AGAIN = "the committed lock vs one written again from its wheels"
+
+
+def locks_again(entry_id: str, out: Path) -> tuple[dict[str, Path], dict[str, Path], str | None]:
+    """Each committed lock of the entry and the lock lab.wheels writes from the very wheels it pins
+    (the wheels-to-lock mapping), or why not: the wheels must be in the wheelhouse (--images fetches them)."""
+    from . import matrix, wheels
+
+    entry = matrix.entry(entry_id)
+    house = wheels.WHEELHOUSE / entry["id"]
+    committed, again = {}, {}
+    for kind in ("train", "infer"):
+        lock = wheels.lock_path(entry, kind)
+        if not lock.exists():
+            continue
+        _, pinned = wheels.read_lock(lock)
+        try:
+            found = {wheels.find_wheel(house, p.name, p.version): p.index for p in pinned}
+        except wheels.WheelError:
+            return {}, {}, f"the wheelhouse {shown(house)} lacks {lock.name}'s wheels (--images fetches them)"
+        name = f"lock {shown(lock)}"
+        committed[name], again[name] = lock, out / lock.name
+        out.mkdir(parents=True, exist_ok=True)
+        wheels.write_lock(again[name], entry, kind, wheels.requirements(entry, kind), found)
+    return committed, again, None
+
+
 def diffoscope(name: str, a: Path, b: Path) -> str:
     """A report of how a and b differ, kept under build/reproduce/; what it says, in one line."""
     if shutil.which("diffoscope") is None:
@@ -225,6 +252,13 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 shared = {name: found[0][name] for name in imaged if name in found[0]}
                 rows += compare(args.entry, shared, {name: imaged[name] for name in shared}, HOST_VS_IMAGE, facts)
+            committed, again, why = locks_again(args.entry, Path(tmp) / "locks")
+            if why:
+                log(f"locks: not compared: {why}")
+                rows.append(dict(facts, entry=args.entry, artifact="(the entry's locks)", compared=LOCK_AGAIN,
+                                 sha256_a="", sha256_b="", identical="", cause=f"not compared: {why}"))
+            else:
+                rows += compare(args.entry, committed, again, LOCK_AGAIN, facts)
     except (ReproduceError, subprocess.SubprocessError, ValueError, DockerError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
