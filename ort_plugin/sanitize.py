@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
 
 BETAS = (None, 1.0, 1.702, 0.5, -0.3, 0.0)
 THREADS = (1, 2, 4)
-CHUNK = 32768  # the CPU kernel's ParallelFor chunk (src/cpu/swish_op.cc)
+CHUNK = 32768  # the CPU kernel's ParallelFor chunk (src/cpu/spans.h)
 SHAPES = (
     (), (0,), (1,), (7,), (1, 1, 1), (3, 0, 5), (17, 31), (2, 3, 5, 7),
     (CHUNK - 1,), (CHUNK,), (CHUNK + 1,), (3, CHUNK + 5), (2, 2 * CHUNK + 1), (4, 129, 1001),
