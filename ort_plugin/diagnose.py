@@ -85,8 +85,10 @@ def _diagnose_op(model, plugin, domain, op, nodes, subject, providers) -> Findin
         ops = sorted(plugin.domains[domain])
         near = _near(op, ops)
         hint = f" (did you mean '{near}'? op names are case-sensitive)" if near else ""
-        return Finding("fail", subject, f"op name differs: the plugin registers {ops} in '{domain}', not '{op}'{hint}",
-                       f"export the node as {domain}::{near or ops[0]}")
+        fix = (f"export the node as {domain}::{near}" if near else
+               f"export the node as one of {', '.join(f'{domain}::{o}' for o in ops)}, or load the plugin that "
+               f"provides {domain}::{op}")
+        return Finding("fail", subject, f"op name differs: the plugin registers {ops} in '{domain}', not '{op}'{hint}", fix)
     since = min(r.since for r in registered)
     if domain not in model.opset_imports:
         near = _near(domain, model.opset_imports)
