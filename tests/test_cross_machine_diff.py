@@ -63,8 +63,8 @@ def perturbed_plugin(tmp_path_factory):
     # In the plugin's CPU op rather than in the math: every ISA path of kernels/swish.h sees it.
     op = work / "ort_plugin" / "src" / "cpu" / "swish_op.cc"
     source = op.read_text()
-    assert "&swish::forward_span, beta);" in source
-    op.write_text(source.replace("&swish::forward_span, beta);", "&swish::forward_span, beta * 1.001f);"))
+    assert "RunSpans<&swish::forward_span>(context, beta);" in source
+    op.write_text(source.replace("(context, beta);", "(context, beta * 1.001f);"))
     include = resolve(log=lambda m: None).include_dir
     subprocess.run(["cmake", "-S", str(work / "ort_plugin"), "-B", str(work / "build"), f"-DORT_INCLUDE_DIR={include}",
                     "-DMYOPS_CUDA=OFF"], check=True, capture_output=True)

@@ -25,7 +25,7 @@ struct CopyKernel {
   OrtStatusPtr ComputeV2(OrtKernelContext* raw_context) const {
     return GuardStatus([&] {
       Ort::KernelContext context{raw_context};
-      RunSpans(context, &CopySpan, 0.0f);
+      RunSpans<&CopySpan>(context, 0.0f);
       return Ort::Status{nullptr};
     });
   }

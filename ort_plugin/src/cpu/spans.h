@@ -15,23 +15,24 @@ inline constexpr int64_t kChunk = 32768;
 
 using SpanFn = void (*)(const float* x, float* y, int64_t count, float beta);
 
-// Y = span(X) elementwise into the output ORT allocates with X's shape.
-inline void RunSpans(Ort::KernelContext& context, SpanFn span, float beta) {
+// Y = kSpan(X) elementwise into the output ORT allocates with X's shape. The span is a template
+// argument so that each op's chunk loop calls its kernel directly, as a hand-written loop would.
+template <SpanFn kSpan>
+void RunSpans(Ort::KernelContext& context, float beta) {
   const Ort::ConstValue input = context.GetInput(0);
   const Ort::TensorTypeAndShapeInfo info = input.GetTensorTypeAndShapeInfo();
   Ort::UnownedValue output = context.GetOutput(0, info.GetShape());
   // NOTE: the output buffer belongs to ORT; we only write into it.
   struct Job {
-    SpanFn span;
     const float* x;
     float* y;
     int64_t n;
     float beta;
-  } job{span, input.GetTensorData<float>(), output.GetTensorMutableData<float>(),
+  } job{input.GetTensorData<float>(), output.GetTensorMutableData<float>(),
         static_cast<int64_t>(info.GetElementCount()), beta};
   const auto chunks = static_cast<size_t>((job.n + kChunk - 1) / kChunk);
   if (chunks <= 1) {
-    span(job.x, job.y, job.n, beta);
+    kSpan(job.x, job.y, job.n, beta);
     return;
   }
   context.ParallelFor(
@@ -39,7 +40,7 @@ inline void RunSpans(Ort::KernelContext& context, SpanFn span, float beta) {
         const auto* j = static_cast<const Job*>(data);
         const int64_t begin = static_cast<int64_t>(chunk) * kChunk;
         const int64_t count = j->n - begin < kChunk ? j->n - begin : kChunk;
-        j->span(j->x + begin, j->y + begin, count, j->beta);
+        kSpan(j->x + begin, j->y + begin, count, j->beta);
       },
       chunks, 0, &job);
 }

@@ -20,7 +20,7 @@ struct SwishKernel {
   OrtStatusPtr ComputeV2(OrtKernelContext* raw_context) const {
     return GuardStatus([&] {
       Ort::KernelContext context{raw_context};
-      RunSpans(context, &swish::forward_span, beta);
+      RunSpans<&swish::forward_span>(context, beta);
       return Ort::Status{nullptr};
     });
   }
