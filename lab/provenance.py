@@ -58,6 +58,23 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
+def cpu_caches(cpu: int = 0) -> dict[str, int]:
+    """This CPU's data and unified caches from sysfs, e.g. {"L1": 49152, "L2": 1048576, "L3": 33554432}
+    (bytes; the size one core sees at that level); empty where sysfs does not say."""
+    caches = {}
+    for index in sorted(Path(f"/sys/devices/system/cpu/cpu{cpu}/cache").glob("index*")):
+        try:
+            if (index / "type").read_text().strip() == "Instruction":
+                continue
+            size = (index / "size").read_text().strip()
+            level = (index / "level").read_text().strip()
+        except OSError:
+            continue
+        scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(size[-1:], 1)
+        caches[f"L{level}"] = int(size.rstrip("KMG")) * scale
+    return caches
+
+
 def nvcc_version(nvcc: str = "nvcc") -> str | None:
     """'13.0' from nvcc's last line ('Build cuda_13.0.r13.0/compiler...'), None without nvcc."""
     out = _run([nvcc, "--version"])
