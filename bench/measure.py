@@ -26,8 +26,9 @@ import numpy as np
 
 from .workloads import WORKLOADS, percentiles_ms
 
-TORCH_ROWS = ("torch_composite", "torch_extension", "torch_silu", "torch_compile", "torch_copy")
-ORT_ROWS = ("ort_composite", "ort_custom", "ort_copy")
+TORCH_ROWS = ("torch_composite", "torch_extension", "torch_silu", "torch_compile", "torch_copy", "torch_copy_into")
+ORT_ROWS = ("ort_composite", "ort_custom", "ort_copy", "ort_plugin_copy")
+PLUGIN_ROWS = ("ort_custom", "ort_plugin_copy")
 
 
 # ---------------------------------------------------------------- memory
@@ -68,6 +69,9 @@ def _torch_callable(spec: dict, x_np):
     }
     if spec["row"] == "torch_copy":
         return lambda: x.clone(), "torch.clone"
+    if spec["row"] == "torch_copy_into":
+        out = torch.empty_like(x)
+        return lambda: out.copy_(x), "Tensor.copy_ into a preallocated tensor"
     model = build_model(spec["workload"], beta=beta, activation=activations[spec["row"]])
     if spec["row"] == "torch_compile":
         model = torch.compile(model)
@@ -157,7 +161,7 @@ def _ort_row(spec: dict, x_np, work: Path) -> OrtRow:
     if on_gpu:
         # Every node on the GPU or no session: a silent CPU fallback would be measured as the GPU row.
         options.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
-    if spec["row"] == "ort_custom":
+    if spec["row"] in PLUGIN_ROWS:
         from ort_plugin import register
 
         if on_gpu:
@@ -270,6 +274,28 @@ def _mmap_large_blocks() -> None:
         pass
 
 
+TORCH_ALLOCATION = ("glibc malloc keeps freed blocks (no mmap, no trim), as a caching allocator would: each call "
+                    "reuses the previous call's buffers, like ORT's arena")
+
+
+def keep_freed_blocks() -> None:
+    """Timing processes of PyTorch rows: freed blocks stay in the heap for the next call.
+
+    By default glibc's dynamic mmap threshold decides, from the history of each process, whether a
+    block of this size comes from the heap or as fresh pages that every call page-faults in again
+    (and the composite's temporaries with it): a variable that differs between processes. ORT rows
+    write into an arena ORT keeps; with this, PyTorch rows reuse their buffers in every process too.
+    """
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return
+    libc.mallopt(-4, 0)            # M_MMAP_MAX: no block from mmap
+    libc.mallopt(-1, 2**31 - 1)    # M_TRIM_THRESHOLD: never give the top of the heap back
+
+
 def torch_peak_mb(spec: dict) -> float:
     """A PyTorch row's memory, measured in a process of its own with every large block mmapped.
 
@@ -370,6 +396,8 @@ def measure(spec: dict) -> dict:
     with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
         session, tf32, ort_row = None, None, None
         if spec["row"] in TORCH_ROWS:
+            if not spec.get("memory_probe"):
+                keep_freed_blocks()
             call, graph = _torch_callable(spec, x_np)
             provider = "torch-cpu"
         else:
@@ -410,9 +438,11 @@ def measure(spec: dict) -> dict:
         else:
             peak_mb = round(max(_status_kib("VmHWM") * 1024 - baseline, 0) / 2**20, 2)
         if session is None and not spec.get("memory_probe"):
-            peak_mb, memory_method = torch_peak_mb(spec), TORCH_MEMORY_METHOD
+            # Memory is measured once per row (bench.run asks in its first round only).
+            peak_mb, memory_method = (None, "") if spec.get("no_memory") else (torch_peak_mb(spec), TORCH_MEMORY_METHOD)
         result = {
             **percentiles_ms(times),
+            "seconds": times,
             "device_ms": device_ms,
             "timing_method": timing_method,
             "peak_mb": peak_mb,

@@ -1,9 +1,11 @@
 """Charts and summaries from the result CSVs alone: `python -m bench.report` (`nox -s report`).
 
-Reads results/<entry>/bench.csv and targets.csv; writes, per entry, latency.png, memory.png and
-summary.md in the reference table's layout, and results/across_entries.png. Entries with ONNX rows
-are laid out per opset; PyTorch-only entries (bench.gpu_check on a GPU host) per dtype. Without
-matplotlib (a bare GPU host) the summaries are still written and the charts skipped.
+Reads results/<entry>/bench.csv, samples.csv, sweep.csv and targets.csv; writes, per entry,
+latency.png, memory.png, sweep.png and summary.md in the reference table's layout, and
+results/across_entries.png. Where an entry has samples.csv, every timing figure is recomputed from
+those samples (bench.cpu_summary lays its tables out). PyTorch-only entries (bench.gpu_check on a
+GPU host) are laid out per dtype. Without matplotlib (a bare GPU host) the summaries are still
+written and the charts skipped.
 """
 from __future__ import annotations
 
@@ -11,6 +13,9 @@ import argparse
 from pathlib import Path
 
 from lab.files import read_csv, write_text_atomic
+
+from . import cpu_summary
+from .stats import summarise
 
 RESULTS = Path(__file__).resolve().parent.parent / "results"
 # The four rows of the reference table, then the reference rows.
@@ -24,9 +29,15 @@ FOUR_ROWS = [
 REFERENCE_ROWS = [
     ("torch.nn.functional.silu", "torch_silu", ""),
     ("torch.compile(composite)", "torch_compile", ""),
-    ("copy floor, PyTorch (clone)", "torch_copy", ""),
-    ("copy floor, ONNX Runtime (Identity)", "ort_copy", "all"),
+    ("copy, PyTorch (clone)", "torch_copy", ""),
+    ("copy, PyTorch (copy_ into a preallocated tensor)", "torch_copy_into", ""),
+    ("copy, ONNX Runtime (Identity)", "ort_copy", "all"),
+    ("copy, the plugin's myops::Copy (Swish's threading and buffers)", "ort_plugin_copy", "all"),
 ]
+SHORT = {("torch_composite", ""): "composite", ("torch_extension", ""): "extension", ("ort_composite", "all"): "ORT default",
+         ("ort_composite", "basic"): "ORT BASIC", ("ort_custom", "all"): "ORT custom", ("torch_silu", ""): "F.silu",
+         ("torch_compile", ""): "compile", ("torch_copy", ""): "clone", ("torch_copy_into", ""): "copy_",
+         ("ort_copy", "all"): "Identity", ("ort_plugin_copy", "all"): "plugin Copy"}
 BACKWARD_ROWS = [
     ("PyTorch composite, backward (autograd)", "torch_composite_backward", ""),
     ("PyTorch custom C++ extension, backward", "torch_extension_backward", ""),
@@ -114,15 +125,19 @@ def chart(rows: list[dict], entry: str, metric: str, path: Path) -> None:
         labels = [label for label, _, _ in layout]
         width = 0.8 / max(len(values_of_key), 1)
         for i, value in enumerate(values_of_key):
-            values = []
+            values, errors = [], [[], []]
             for _, row, level in layout:
                 r = _pick([x for x in rows if x["workload"] == workload], row, level, key, value)
                 values.append((_f(r[metric]) or 0.0) if r else 0.0)
-            ax.barh([y + i * width for y in range(len(labels))], values, height=width,
+                # The 95% interval of the median where the row has one (latency from samples).
+                low, high = (_f(r.get("ci_low_ms")), _f(r.get("ci_high_ms"))) if r and metric == "p50_ms" else (None, None)
+                errors[0].append(values[-1] - low if low is not None else 0.0)
+                errors[1].append(high - values[-1] if high is not None else 0.0)
+            ax.barh([y + i * width for y in range(len(labels))], values, height=width, xerr=errors, capsize=2,
                     label=f"opset {value}" if key == "opset" else value)
         ax.set_yticks([y + width * (len(values_of_key) - 1) / 2 for y in range(len(labels))], labels, fontsize=8)
         ax.invert_yaxis()
-        ax.set_xlabel("p50 latency (ms)" if metric == "p50_ms" else "peak memory above baseline (MB)")
+        ax.set_xlabel("p50 latency (ms), 95% interval" if metric == "p50_ms" else "peak memory above baseline (MB)")
         shape = next(r["shape"] for r in rows if r["workload"] == workload)
         ax.set_title(f"{entry}: {workload} {shape}" + (" float32" if key == "opset" else ""))
         ax.legend(fontsize=8, title="ORT rows" if key == "opset" else "dtype", title_fontsize=8)
@@ -161,6 +176,61 @@ def across_entries(all_rows: list[dict], path: Path) -> None:
     fig.savefig(tmp, dpi=110)
     plt.close(fig)
     tmp.replace(path)
+
+
+def from_samples(rows: list[dict], groups: dict) -> None:
+    """Every timing figure of the rows recomputed from their samples (where they have them)."""
+    import numpy as np
+
+    for r in rows:
+        g = groups.get(cpu_summary._key(r))
+        if not g:
+            continue
+        summary = summarise(g)
+        p20, p80 = np.percentile(np.concatenate([np.asarray(x) for x in g]) * 1e3, [20, 80])
+        r.update(p50_ms=round(summary.median * 1e3, 4), p20_ms=round(float(p20), 4), p80_ms=round(float(p80), 4),
+                 ci_low_ms=round(summary.ci_low * 1e3, 4), ci_high_ms=round(summary.ci_high * 1e3, 4),
+                 processes=summary.processes, process_spread=round(summary.process_spread, 4))
+
+
+def sampled_summary(entry_dir: Path, rows: list[dict], groups: dict, sweep: list[dict], targets: list[dict]) -> str:
+    entry = entry_dir.name
+    first = rows[0]
+    processes = max(int(r["processes"] or 1) for r in rows)
+    lines = [f"# Benchmark summary: entry `{entry}`", "",
+             f"Device: {first['device']}; torch {first['torch']}, onnx {first['onnx']}, onnxruntime {first['onnxruntime']}; "
+             f"{first['threads']} threads; git {first['git_sha'][:12]}{' (dirty)' if first['git_dirty'] == 'True' else ''}; "
+             f"measured {first['timestamp']}.", "",
+             f"Latency: every row ran in {processes} fresh processes, in interleaved rounds (each round runs every "
+             "row once, starting at a rotated position, so that the machine's drift hits every row alike). p50 is "
+             "the median of all runs; the 95% interval comes from a bootstrap over processes and the runs within "
+             "them; process spread is (slowest - fastest process median) / median, what a re-run can move. Rows "
+             "whose intervals overlap cannot be told apart: the 'within noise of' column names them. A row that "
+             "does not differ across opsets is shown once. Every figure here is recomputed from samples.csv. "
+             f"Memory: {first['memory_method']}. GB/s: the least bytes the workload must move over p50; 'of its floor' "
+             "is the fastest copy of the same framework (PyTorch: clone or copy_ into a preallocated tensor; ORT: "
+             "Identity or the plugin's myops::Copy, which runs on Swish's own threading and buffers) over the row "
+             "(1.00 = as fast as that copy).", "",
+             "Reading the PyTorch rows: they allocate their output on every call, and the composite two more "
+             "temporaries of the same size; glibc returns blocks that large to the kernel when freed, so every "
+             "call page-faults them in again (copy_ into a preallocated tensor does not). ORT rows write into "
+             "their arena, which ORT keeps. The paired ratios under Targets compare rows side by side in one "
+             "warm process.", "",
+             "![latency](latency.png)", "", "![memory](memory.png)", ""]
+    labels = ALL_ROWS
+    for workload in workloads(rows):
+        wrows = [r for r in rows if r["workload"] == workload]
+        runs = f"{wrows[0]['warmup']} warm-ups and {wrows[0]['runs']} runs per process"
+        title = WORKLOAD_TITLES.get(workload, workload)
+        lines += [f"## {title}, {wrows[0]['shape']}, beta {wrows[0]['beta']} ({runs})", ""]
+        lines += cpu_summary.workload_lines(wrows, groups, labels, SHORT) + [""]
+    if sweep:
+        lines += cpu_summary.sweep_lines(sweep) + ["![sweep](sweep.png)", ""]
+    shares = [r for r in rows if _f(r.get("custom_node_share"))]
+    if shares:
+        lines += ["## Profile", ""] + [f"- {r['workload']} opset {r['opset']}: the myops::Swish node takes "
+                                       f"{float(r['custom_node_share']) * 100:.1f} % of the session's run time" for r in shares] + [""]
+    return "\n".join(lines + _targets_table(targets))
 
 
 def summary(entry_dir: Path, rows: list[dict], targets: list[dict]) -> str:
@@ -208,9 +278,11 @@ def _targets_table(targets: list[dict]) -> list[str]:
     if pools:
         lines += [f"ORT sessions in the pairs: {'; '.join(pools)} (a pool per session keeps spinning after "
                   "its run and slows the other side's next run on a 2-core machine).", ""]
-    lines += ["| target | measured | limit | holds |", "|---|---|---|---|"]
-    lines += [f"| {t['target']} | {float(t['median_ratio']):.3f}x | {t['limit']} | {'yes' if t['holds'] == 'True' else 'NO'} |"
-              for t in targets]
+    lines += ["| target | measured [95% CI] | limit | holds | against |", "|---|---|---|---|---|"]
+    for t in targets:
+        ci = f" [{float(t['ci_low']):.3f}-{float(t['ci_high']):.3f}]" if t.get("ci_low") else ""
+        lines.append(f"| {t['target']} | {float(t['median_ratio']):.3f}x{ci} | {t['limit']} "
+                     f"| {'yes' if t['holds'] == 'True' else 'NO'} | {t.get('note') or t['denominator']} |")
     return lines + [""]
 
 
@@ -263,9 +335,19 @@ def main(argv: list[str] | None = None) -> int:
     for entry_dir in entry_dirs:
         rows = read_csv(entry_dir / "bench.csv")
         all_rows += rows
+        targets = read_csv(entry_dir / "targets.csv")
+        groups = cpu_summary.sample_groups(read_csv(entry_dir / "samples.csv"))
+        sweep = read_csv(entry_dir / "sweep.csv")
+        if groups:
+            from_samples(rows, groups)
         drawn = charts(entry_dir, rows)
-        write_text_atomic(entry_dir / "summary.md", summary(entry_dir, rows, read_csv(entry_dir / "targets.csv")))
-        print(f"[report] {entry_dir}/summary.md" + (", latency.png, memory.png" if drawn else
+        if drawn and sweep:
+            cpu_summary.sweep_chart(sweep, entry_dir.name, entry_dir / "sweep.png")
+        sampled = groups and not any(r["execution_provider"] == "torch-cuda" for r in rows)
+        text = sampled_summary(entry_dir, rows, groups, sweep, targets) if sampled else summary(entry_dir, rows, targets)
+        write_text_atomic(entry_dir / "summary.md", text)
+        print(f"[report] {entry_dir}/summary.md" + (", latency.png, memory.png" + (", sweep.png" if sweep else "")
+                                                   if drawn else
                                                    " (no matplotlib here: charts skipped, run `nox -s report` later)"))
     if charts_possible():
         across_entries(all_rows, args.results / "across_entries.png")

@@ -11,7 +11,8 @@ from .workloads import WORKLOADS
 
 COLUMNS = [
     "entry", "workload", "row", "dtype", "shape", "beta", "opset", "exporter", "ort_opt_level", "ort_graph_nodes",
-    "execution_provider", "tf32", "threads", "warmup", "runs", "p20_ms", "p50_ms", "p80_ms", "device_ms",
+    "execution_provider", "tf32", "threads", "warmup", "runs", "processes", "p20_ms", "p50_ms", "p80_ms", "ci_low_ms",
+    "ci_high_ms", "process_spread", "device_ms",
     "timing_method", "peak_mb", "memory_method",
     "bytes_moved", "gb_per_s", "fraction_of_copy", "custom_node_share", "torch", "onnx", "onnxruntime", "cuda",
     "driver", "device", "git_sha", "git_dirty", "image", "extension_sha256", "plugin_sha256", "model_sha256",
@@ -19,29 +20,42 @@ COLUMNS = [
 ]
 KEY = ["entry", "workload", "row", "dtype", "shape", "beta", "opset", "exporter", "ort_opt_level",
        "execution_provider", "threads"]
-COPY_ROWS = ("torch_copy", "ort_copy")
+# Copies timed like the op: the fastest of a framework's copies (same workload, provider, opset) is its floor.
+COPY_ROWS = ("torch_copy", "torch_copy_into", "ort_copy", "ort_plugin_copy")
+# The raw timings behind every row: KEY, then which process (round) and which run within it.
+SAMPLE_COLUMNS = KEY + ["process", "run", "seconds"]
 
 
 def ort_row_specs(common: dict, models: dict, plugin: str) -> list[dict]:
     """The ONNX Runtime rows of one workload and opset: composite at the default level and at BASIC,
-    the plugin's custom op, and (activation alone) the Identity copy floor.
+    the plugin's custom op, and (activation alone) the copy floors: ORT's Identity and the plugin's Copy.
 
-    models: {"decomposed": path, "custom": path, "copy": path (swish only)}.
+    models: {"decomposed": path, "custom": path, "copy": path, "plugin_copy": path (the last two: swish only)}.
     """
     specs = [dict(common, row="ort_composite", ort_opt_level="all", model_path=models["decomposed"]),
              dict(common, row="ort_composite", ort_opt_level="basic", model_path=models["decomposed"]),
              dict(common, row="ort_custom", ort_opt_level="all", model_path=models["custom"], plugin=plugin)]
     if models.get("copy"):
         specs.append(dict(common, row="ort_copy", ort_opt_level="all", model_path=models["copy"]))
+    if models.get("plugin_copy"):
+        specs.append(dict(common, row="ort_plugin_copy", ort_opt_level="all", model_path=models["plugin_copy"],
+                          plugin=plugin))
     return specs
 
 
-def write_copy_model(path: Path, opset: int) -> str:
-    """x -> Identity -> y on (batch, seq, 768): ORT's copy floor, written without the onnx package."""
+def write_copy_model(path: Path, opset: int, domain: str = "", op_type: str = "Identity") -> str:
+    """x -> Identity -> y on (batch, seq, 768): ORT's copy floor, written without the onnx package
+    (domain "myops", op_type "Copy": the plugin's)."""
     from ort_plugin.onnx_file import one_node_model
 
-    Path(path).write_bytes(one_node_model("", "Identity", opset=opset, shape=("batch", "seq", WORKLOADS["swish"].hidden)))
+    Path(path).write_bytes(one_node_model(domain, op_type, opset=opset, shape=("batch", "seq", WORKLOADS["swish"].hidden)))
     return str(path)
+
+
+def copy_models(directory: Path, opset: int) -> dict:
+    """Both ORT-side copy floors for one opset: {"copy": Identity, "plugin_copy": myops::Copy}."""
+    return {"copy": write_copy_model(Path(directory) / f"copy-opset{opset}.onnx", opset),
+            "plugin_copy": write_copy_model(Path(directory) / f"plugin-copy-opset{opset}.onnx", opset, "myops", "Copy")}
 
 
 def record(entry: str, spec: dict, measured: dict, facts: dict) -> dict:
@@ -52,7 +66,10 @@ def record(entry: str, spec: dict, measured: dict, facts: dict) -> dict:
         "opset": spec.get("opset"), "exporter": spec.get("exporter"), "ort_opt_level": spec.get("ort_opt_level"),
         "ort_graph_nodes": measured["graph"], "execution_provider": measured["execution_provider"],
         "tf32": measured.get("tf32"), "threads": spec["threads"], "warmup": spec["warmup"], "runs": spec["runs"],
+        "processes": measured.get("processes", 1),
         "p20_ms": measured["p20_ms"], "p50_ms": measured["p50_ms"], "p80_ms": measured["p80_ms"],
+        "ci_low_ms": measured.get("ci_low_ms"), "ci_high_ms": measured.get("ci_high_ms"),
+        "process_spread": measured.get("process_spread"),
         "device_ms": measured.get("device_ms"), "timing_method": measured.get("timing_method"),
         "peak_mb": measured["peak_mb"], "memory_method": measured["memory_method"],
         "custom_node_share": measured.get("custom_node_share"),
@@ -69,6 +86,13 @@ def record(entry: str, spec: dict, measured: dict, facts: dict) -> dict:
     }
 
 
+def samples_of(row: dict, results: list[dict]) -> list[dict]:
+    """The raw timings of one row: one result per process, each with its runs' seconds."""
+    key = {k: row.get(k) for k in KEY}
+    return [dict(key, process=p, run=r, seconds=round(s, 9)) for p, result in enumerate(results)
+            for r, s in enumerate(result["seconds"])]
+
+
 def file_sha256(path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
@@ -83,8 +107,14 @@ def kernel_ms(row: dict) -> float:
 
 
 def derive(rows: list[dict]) -> None:
-    """Bandwidth from the least bytes each workload must move; fraction of the copy floor's (same framework)."""
-    copies = {(r["workload"], r["execution_provider"], r["opset"]): r for r in rows if r["row"] in COPY_ROWS}
+    """Bandwidth from the least bytes each workload must move; fraction of the copy floor's (the
+    fastest copy of the same framework, workload and opset)."""
+    copies = {}
+    for r in rows:
+        if r["row"] in COPY_ROWS:
+            key = (r["workload"], r["execution_provider"], r["opset"])
+            if key not in copies or kernel_ms(r) < kernel_ms(copies[key]):
+                copies[key] = r
     for r in rows:
         workload = WORKLOADS[r["workload"]]
         r["bytes_moved"] = workload.bytes_moved
@@ -93,11 +123,14 @@ def derive(rows: list[dict]) -> None:
         r["fraction_of_copy"] = round(kernel_ms(copy) / kernel_ms(r), 3) if copy else None
 
 
-def write(results: Path, entry: str, rows: list[dict]) -> Path:
-    """Upsert into results/<entry>/bench.csv and rewrite the aggregate results/bench_all.csv (atomically)."""
+def write(results: Path, entry: str, rows: list[dict], samples: list[dict] | None = None) -> Path:
+    """Upsert into results/<entry>/bench.csv (and the rows' raw timings into samples.csv: a key's old
+    samples are replaced by its new ones) and rewrite the aggregate results/bench_all.csv (atomically)."""
     from lab.files import read_csv, upsert_csv, write_csv_atomic
 
     path = Path(results) / entry / "bench.csv"
+    if samples:
+        upsert_csv(path.with_name("samples.csv"), samples, SAMPLE_COLUMNS, KEY)
     upsert_csv(path, rows, COLUMNS, KEY)
     every = [r for p in sorted(Path(results).glob("*/bench.csv")) for r in read_csv(p)]
     write_csv_atomic(Path(results) / "bench_all.csv", every, COLUMNS)

@@ -1,9 +1,13 @@
 """The lab's main job: `python -m bench.run` (what `nox -s bench` runs).
 
-Exports the models, measures every row in a fresh process, derives bandwidth and ratios, writes
-results/<entry>/bench.csv (upserted), the aggregate results/bench_all.csv, the paired target
-ratios (bench.targets) and the charts and summary (bench.report). Nothing is written until every
-row of the run is measured: an interrupted run leaves the previous results as they were.
+Exports the models and measures every row in interleaved rounds: each round runs every row once,
+each in a fresh process, starting at a rotated position, so that drift of the machine during the
+run hits every row alike. A row's figure is the median over all its processes' runs, with a 95%
+interval from a bootstrap over processes and runs (bench.stats). Then the size sweep (bench.sweep)
+and the paired target ratios (bench.targets). Writes results/<entry>/bench.csv (upserted), the raw
+timings in samples.csv, sweep.csv, targets.csv, the aggregate results/bench_all.csv and the charts
+and summary (bench.report). Nothing is written until everything is measured: an interrupted run
+leaves the previous results as they were.
 """
 from __future__ import annotations
 
@@ -19,9 +23,9 @@ from pathlib import Path
 from lab import matrix, provenance
 from lab.files import write_csv_atomic
 
-from .rows import COLUMNS, KEY, derive, file_sha256, ort_row_specs, record, write_copy_model  # noqa: F401 (COLUMNS, KEY: imported from here elsewhere)
+from .rows import COLUMNS, copy_models, derive, file_sha256, ort_row_specs, record, samples_of  # noqa: F401 (COLUMNS: imported from here elsewhere)
 from .rows import write as write_rows
-from .workloads import GPU_ONLY_WORKLOADS, WORKLOADS
+from .workloads import GPU_ONLY_WORKLOADS, WORKLOADS, percentiles_ms
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "results"
@@ -36,7 +40,7 @@ def plan(args, opsets: list[int], models: dict, plugin: str) -> list[dict]:
         common = dict(workload=name, beta=args.beta, threads=args.threads, **runs)
         torch_rows = ["torch_composite", "torch_extension"] + (["torch_silu"] if args.beta == 1.0 else [])
         torch_rows += [] if args.no_compile else ["torch_compile"]
-        torch_rows += ["torch_copy"] if name == "swish" else []
+        torch_rows += ["torch_copy", "torch_copy_into"] if name == "swish" else []
         specs += [dict(common, row=row) for row in torch_rows]
         for opset in opsets:
             specs += ort_row_specs(dict(common, opset=opset, exporter=args.exporter), models[(name, opset)], plugin)
@@ -56,19 +60,57 @@ def export_models(args, opsets: list[int], out: Path) -> dict:
                 paths[lowering] = result.path
                 print(f"[bench] exported {name} {lowering} opset {opset}: {result.graph}", flush=True)
             if name == "swish":
-                paths["copy"] = write_copy_model(out / f"copy-opset{opset}.onnx", opset)
+                paths.update(copy_models(out, opset))
             models[(name, opset)] = paths
     return models
 
 
-def run_row(spec: dict) -> dict:
+def run_child(module: str, spec: dict) -> dict:
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    result = subprocess.run([sys.executable, "-m", "bench.measure", json.dumps(spec)], capture_output=True, text=True,
+    result = subprocess.run([sys.executable, "-m", module, json.dumps(spec)], capture_output=True, text=True,
                             timeout=ROW_TIMEOUT_S, env=env, cwd=REPO)
     if result.returncode != 0:
         tail = "\n".join(result.stderr.strip().splitlines()[-15:])
-        raise RuntimeError(f"row {spec['row']} ({spec['workload']}, opset {spec.get('opset', '-')}) failed:\n{tail}")
+        raise RuntimeError(f"row {spec['row']} ({spec.get('workload', 'sweep')}, opset {spec.get('opset', '-')}) "
+                           f"failed:\n{tail}")
     return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def run_row(spec: dict) -> dict:
+    return run_child("bench.measure", spec)
+
+
+def rotation(count: int, rounds: int, round_index: int) -> list[int]:
+    """The order of round `round_index`: every row once, starting a further 1/rounds of the way in."""
+    shift = (round_index * count) // rounds
+    return list(range(shift, count)) + list(range(shift))
+
+
+def combine(results: list[dict]) -> dict:
+    """One row's figures from its processes (one per round): timings pooled, memory from the first."""
+    from .stats import summarise
+
+    groups = [r["seconds"] for r in results]
+    summary = summarise(groups)
+    return dict(results[0], **percentiles_ms([s for g in groups for s in g]), processes=summary.processes,
+                ci_low_ms=round(summary.ci_low * 1e3, 4), ci_high_ms=round(summary.ci_high * 1e3, 4),
+                process_spread=round(summary.process_spread, 4))
+
+
+def measure_rounds(specs: list[dict], rounds: int, label, log=print) -> list[list[dict]]:
+    """Each spec measured `rounds` times, each time in a fresh process, in rotated order."""
+    measured: list[list[dict]] = [[] for _ in specs]
+    done, total = 0, len(specs) * rounds
+    for round_index in range(rounds):
+        for i in rotation(len(specs), rounds, round_index):
+            done += 1
+            log(f"[bench {done:3}/{total} round {round_index + 1}/{rounds}] {label(specs[i])} ...", end=" ", flush=True)
+            started = time.perf_counter()
+            # Peak memory is the same in every round: measured in the first only (a process of its own).
+            result = run_row(dict(specs[i], no_memory=round_index > 0))
+            log(f"p50 {result['p50_ms']:.3f} ms ({time.perf_counter() - started:.0f} s)", flush=True)
+            measured[i].append(result)
+    return measured
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -81,7 +123,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--runs", type=int, default=100)
     parser.add_argument("--ffn-warmup", type=int, default=2, help="the FFN is ~0.4 s a run on 2 CPU cores")
-    parser.add_argument("--ffn-runs", type=int, default=10)
+    parser.add_argument("--ffn-runs", type=int, default=6, help="per process")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="fresh processes per row, interleaved: each round runs every row once, rotated")
+    parser.add_argument("--no-sweep", action="store_true", help="skip the size sweep of the activation alone")
+    parser.add_argument("--sweep-rounds", type=int, default=2, help="processes per implementation in the sweep")
+    parser.add_argument("--quick", action="store_true",
+                        help="a smoke run: 2 rounds, fewer runs, one opset, no sweep, no torch.compile, 30 pairs")
     parser.add_argument("--exporter", choices=["dynamo", "torchscript"], default="dynamo")
     parser.add_argument("--opsets", type=int, nargs="+", help="default: the entry's opsets")
     parser.add_argument("--pairs", type=int, default=100, help="alternating A/B pairs per target ratio")
@@ -92,6 +140,11 @@ def main(argv: list[str] | None = None) -> int:
                              "states the custom node's share of the ORT run time)")
     parser.add_argument("--results", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
+    if args.quick:
+        args.rounds, args.runs, args.ffn_runs, args.ffn_warmup, args.pairs = 2, 30, 3, 1, 30
+        args.no_sweep = args.no_compile = True
+    if args.rounds < 1 or args.runs < 1:
+        parser.error("--rounds and --runs must be at least 1")
 
     entry = matrix.entry(args.entry)
     if entry["device"] != "cpu":
@@ -102,6 +155,8 @@ def main(argv: list[str] | None = None) -> int:
     from ort_plugin.build import build as build_plugin
 
     opsets = args.opsets or sorted({o if o != "newest" else newest_opset(args.exporter) for o in entry["opsets"]})
+    if args.quick and not args.opsets:
+        opsets = opsets[:1]
     facts = provenance.collect()
     print(f"[bench] entry {args.entry}: torch {facts['torch']}, onnxruntime {facts['onnxruntime']}, "
           f"{facts['cpu']} x{facts['cores']}, {args.threads} threads, opsets {opsets}", flush=True)
@@ -119,22 +174,32 @@ def main(argv: list[str] | None = None) -> int:
             for spec in specs:
                 level = spec.get("ort_opt_level") or "torch"
                 spec["profile_prefix"] = str(trace_dir / f"{spec['workload']}-{spec['row']}-{level}-opset{spec.get('opset', '-')}")
-        rows = []
-        for number, spec in enumerate(specs, 1):
-            label = f"{spec['workload']:5} {spec['row']:15} {spec.get('ort_opt_level', ''):5} opset {spec.get('opset', '-')}"
-            print(f"[bench {number:2}/{len(specs)}] {label} ...", end=" ", flush=True)
-            started = time.perf_counter()
-            measured = run_row(spec)
-            print(f"p50 {measured['p50_ms']:.3f} ms, peak {measured['peak_mb']:.1f} MB ({time.perf_counter() - started:.0f} s)", flush=True)
-            rows.append(record(args.entry, spec, measured, facts))
+        print(f"[bench] {len(specs)} rows x {args.rounds} rounds, each in a fresh process", flush=True)
+        measured = measure_rounds(
+            specs, args.rounds,
+            lambda s: f"{s['workload']:5} {s['row']:15} {s.get('ort_opt_level', ''):5} opset {s.get('opset', '-')}")
+        rows, samples = [], []
+        for spec, results in zip(specs, measured):
+            rows.append(record(args.entry, spec, combine(results), facts))
+            samples += samples_of(rows[-1], results)
         derive(rows)
+        sweep_rows = []
+        if not args.no_sweep and "swish" in args.workload:
+            from .sweep import run_sweep
+
+            sweep_samples, sweep_rows = run_sweep(args, models, plugin, facts)
+            samples += sweep_samples
         target_rows = []
         if not args.no_targets and "swish" in args.workload:
             from .targets import measure_targets
 
             target_rows = measure_targets(args, models, plugin, rows, facts)
 
-    write_rows(args.results, args.entry, rows)
+    write_rows(args.results, args.entry, rows, samples)
+    if sweep_rows:
+        from .sweep import SWEEP_COLUMNS
+
+        write_csv_atomic(out_dir / "sweep.csv", sweep_rows, SWEEP_COLUMNS)
     if target_rows:
         from .targets import TARGET_COLUMNS
 

@@ -145,7 +145,7 @@ def bench(args) -> int:
     import tempfile
     import time
 
-    from bench.rows import derive, ort_row_specs, record, write, write_copy_model
+    from bench.rows import copy_models, derive, ort_row_specs, record, samples_of, write, write_copy_model
 
     from bench.workloads import GPU_ONLY_WORKLOADS, WORKLOADS
 
@@ -177,14 +177,15 @@ def bench(args) -> int:
                     raise ArtifactError(f"no {workload} {lowering} model for {exporter} opset {opset} in {args.artifacts}; "
                                         f"it has opsets {sorted({m['opset'] for m in models})}")
                 paths[lowering], beta = str(Path(args.artifacts) / item["file"]), item["beta"]
-            if model_of[workload] == "swish":
-                paths["copy"] = write_copy_model(Path(tmp) / f"copy-opset{opset}.onnx", opset)
+            if model_of[workload] == "swish":  # the plugin's Copy floor is a CPU kernel: Identity alone on a GPU
+                paths.update({"copy": write_copy_model(Path(tmp) / f"copy-opset{opset}.onnx", opset)} if on_gpu
+                             else copy_models(Path(tmp), opset))
             runs = dict(warmup=args.warmup, runs=args.runs) if model_of[workload] == "swish" else \
                 dict(warmup=args.ffn_warmup, runs=args.ffn_runs)
             common = dict(workload=workload, beta=beta, threads=args.threads, opset=opset, exporter=exporter,
                           execution_provider=provider, **runs)
             specs += ort_row_specs(common, paths, library)
-        rows = []
+        rows, samples = [], []
         for number, spec in enumerate(specs, 1):
             label = f"{spec['workload']:5} {spec['row']:13} {spec['ort_opt_level']:5}"
             print(f"[bench {number}/{len(specs)}] {label} ...", end=" ", flush=True)
@@ -203,13 +204,15 @@ def bench(args) -> int:
             print(f"p50 {measured['p50_ms']:.3f} ms{device}, peak {peak}, graph {measured['graph']} "
                   f"({time.perf_counter() - started:.0f} s)", flush=True)
             rows.append(record(entry, spec, measured, facts))
+            samples += samples_of(rows[-1], [measured])
     derive(rows)
     for r in rows:
         copy = "-" if r["fraction_of_copy"] is None else f"{r['fraction_of_copy']:.2f}"
         print(f"  {r['workload']:11} {r['row']:13} {r['ort_opt_level']:5} p50 {r['p50_ms']:8.3f} ms  "
               f"{r['gb_per_s']:7.1f} GB/s  of copy floor {copy}")
     if args.out:
-        print(f"bench: wrote {len(rows)} rows to {write(args.out, entry, rows)} and {Path(args.out) / 'bench_all.csv'}")
+        print(f"bench: wrote {len(rows)} rows to {write(args.out, entry, rows, samples)} (raw timings in samples.csv) "
+              f"and {Path(args.out) / 'bench_all.csv'}")
     return 0
 
 

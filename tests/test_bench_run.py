@@ -10,7 +10,8 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-SMALL = ["--workload", "swish", "--runs", "3", "--warmup", "1", "--pairs", "5", "--no-compile", "--opsets", "18"]
+SMALL = ["--workload", "swish", "--runs", "3", "--warmup", "1", "--pairs", "5", "--no-compile", "--opsets", "18",
+         "--rounds", "2", "--sweep-rounds", "1"]
 
 
 def bench_run(results: Path, *extra: str) -> subprocess.Popen:
@@ -21,28 +22,51 @@ def bench_run(results: Path, *extra: str) -> subprocess.Popen:
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
-def test_writes_rows_targets_charts_and_summary(ext, plugin_path, tmp_path):
-    from bench.rows import COLUMNS
+def _csv(path: Path) -> list[dict]:
+    with open(path, newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def test_writes_rows_samples_sweep_targets_charts_and_summary(ext, plugin_path, tmp_path):
+    from bench.rows import COLUMNS, KEY, SAMPLE_COLUMNS
+    from bench.sweep import SEQ, SWEEP_ROWS
 
     process = bench_run(tmp_path)
     output, _ = process.communicate(timeout=900)
     assert process.returncode == 0, output[-3000:]
-    assert "[bench  8/8]" in output and "paired target ratios" in output
+    assert "[bench  20/20 round 2/2]" in output and "paired target ratios" in output and "[sweep  9/9]" in output
     with open(tmp_path / "cpu" / "bench.csv", newline="") as handle:
         reader = csv.DictReader(handle)
         assert reader.fieldnames == COLUMNS
         rows = {(r["row"], r["ort_opt_level"]): r for r in reader}
     assert set(rows) == {("torch_composite", ""), ("torch_extension", ""), ("torch_silu", ""), ("torch_copy", ""),
-                         ("ort_composite", "all"), ("ort_composite", "basic"), ("ort_custom", "all"), ("ort_copy", "all")}
+                         ("torch_copy_into", ""), ("ort_composite", "all"), ("ort_composite", "basic"),
+                         ("ort_custom", "all"), ("ort_copy", "all"), ("ort_plugin_copy", "all")}
     assert rows[("ort_composite", "all")]["ort_graph_nodes"] == "com.microsoft::QuickGelu"
+    assert rows[("ort_plugin_copy", "all")]["ort_graph_nodes"] == "myops::Copy"
     assert rows[("torch_extension", "")]["execution_provider"] == "torch-cpu"
     assert all(r["git_sha"] and r["torch"] and r["onnxruntime"] for r in rows.values())
-    with open(tmp_path / "cpu" / "targets.csv", newline="") as handle:
-        targets = list(csv.DictReader(handle))
-    assert len(targets) == 6 and all(t["holds"] in ("True", "False") for t in targets)
+    assert all(r["processes"] == "2" and float(r["ci_low_ms"]) <= float(r["p50_ms"]) <= float(r["ci_high_ms"])
+               for r in rows.values())
+    # Raw timings: every row's 2 processes x 3 runs, keyed as in bench.csv; the sweep's every size.
+    samples = _csv(tmp_path / "cpu" / "samples.csv")
+    assert list(samples[0]) == SAMPLE_COLUMNS
+    for r in rows.values():
+        mine = [s for s in samples if all(s[k] == r[k] for k in KEY)]
+        assert sorted((s["process"], s["run"]) for s in mine) == [(p, n) for p in "01" for n in "012"]
+    sweep = _csv(tmp_path / "cpu" / "sweep.csv")
+    assert len(sweep) == len(SWEEP_ROWS) * len(SEQ) and {s["regime"] for s in sweep} <= {"L2", "L3", "DRAM", "unknown"}
+    assert len([s for s in samples if s["workload"] == "sweep"]) >= len(SWEEP_ROWS) * len(SEQ) * 3
+    targets = _csv(tmp_path / "cpu" / "targets.csv")
+    # 5 paired (no Swish-24 at opset 18), the two floor targets again on a DRAM-sized tensor, 2 of memory
+    assert len(targets) == 9 and all(t["holds"] in ("True", "False") for t in targets)
+    assert {t["shape"] for t in targets} == {"8x512x768", "1x65536x768"}
+    floors = {t["target"]: t for t in targets}
+    assert floors["ORT custom op vs ORT-side copy floor"]["denominator"] in ("ort_plugin_copy", "ort_copy")
+    assert floors["extension op vs torch-side copy floor"]["denominator"] in ("torch_copy_into", "torch_copy")
     summary = (tmp_path / "cpu" / "summary.md").read_text()
-    assert "| ONNX Runtime, custom op |" in summary and "## Targets" in summary
-    for name in ("latency.png", "memory.png"):
+    assert "| ONNX Runtime, custom op | 18 |" in summary and "## Targets" in summary and "## Size sweep" in summary
+    for name in ("latency.png", "memory.png", "sweep.png"):
         assert (tmp_path / "cpu" / name).stat().st_size > 0
     assert (tmp_path / "bench_all.csv").is_file() and (tmp_path / "across_entries.png").is_file()
 
@@ -55,7 +79,7 @@ def test_an_interrupted_run_leaves_the_previous_results(ext, plugin_path, tmp_pa
     process = bench_run(tmp_path)
     seen = ""
     deadline = time.monotonic() + 600
-    while "[bench  2/8]" not in seen and time.monotonic() < deadline:
+    while "[bench   2/20" not in seen and time.monotonic() < deadline:
         line = process.stdout.readline()
         assert line, f"bench.run ended before its second row:\n{seen[-3000:]}"
         seen += line

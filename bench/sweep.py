@@ -1,0 +1,145 @@
+"""The activation alone across sizes: how each implementation's bandwidth changes as the tensor
+leaves the caches. One process per implementation and round sweeps every size:
+
+    python -m bench.sweep '{"row": "ort_custom", "model_path": ..., "plugin": ..., "threads": 2, ...}'
+
+prints {rows_of_768: [seconds, ...]} as JSON on its last line. Inputs are (1, rows, 768) float32,
+from 3,072 to 50,331,648 elements (about 2^11.6 to 2^25.6): the models' hidden size is fixed at 768
+and their batch and sequence are dynamic. Each size gets about the same wall time, so small sizes
+get many runs and the largest a few.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from .measure import _ort_row, _torch_callable, keep_freed_blocks
+from .workloads import BYTES_FP32
+
+HIDDEN = 768
+SWEEP_ROWS = [  # (row, ORT level): the four-row comparison's activation rows, F.silu and every copy
+    ("torch_composite", ""), ("torch_extension", ""), ("torch_silu", ""), ("torch_copy", ""), ("torch_copy_into", ""),
+    ("ort_composite", "all"), ("ort_custom", "all"), ("ort_copy", "all"), ("ort_plugin_copy", "all"),
+]
+SEQ = [2**k for k in range(2, 17)]   # rows of 768
+SECONDS_PER_SIZE = 0.08
+RUNS = (3, 100)                      # at least, at most
+
+
+def elements(seq: int) -> int:
+    return seq * HIDDEN
+
+
+def bytes_moved(seq: int) -> int:
+    return 2 * elements(seq) * BYTES_FP32
+
+
+def _callable(spec: dict, x: np.ndarray, work: Path):
+    if spec["row"].startswith("torch_"):
+        return _torch_callable(dict(spec, workload="swish"), x)[0]
+    return _ort_row(spec, x, work).call
+
+
+def sweep(spec: dict) -> dict[int, list[float]]:
+    timings = {}
+    with tempfile.TemporaryDirectory(prefix="sweep-") as tmp:
+        for seq in spec.get("seq", SEQ):
+            x = np.random.default_rng(seq).standard_normal((1, seq, HIDDEN), dtype=np.float32)
+            call = _callable(spec, x, Path(tmp))
+            start = time.perf_counter()
+            call()
+            call()
+            estimate = max((time.perf_counter() - start) / 2, 1e-7)
+            runs = int(min(max(SECONDS_PER_SIZE / estimate, RUNS[0]), RUNS[1]))
+            seconds = []
+            for _ in range(runs):
+                start = time.perf_counter()
+                call()
+                seconds.append(time.perf_counter() - start)
+            timings[seq] = seconds
+            del call
+    return timings
+
+
+def main(argv: list[str]) -> int:
+    spec = json.loads(argv[0])
+    os.environ.setdefault("OMP_NUM_THREADS", str(spec["threads"]))
+    keep_freed_blocks()
+    print(json.dumps({str(k): v for k, v in sweep(spec).items()}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
+
+
+# ---------------------------------------------------------------- the sweep as bench.run runs it
+
+SWEEP_COLUMNS = ["entry", "row", "ort_opt_level", "opset", "threads", "shape", "elements", "bytes_moved", "regime",
+                 "processes", "runs", "p50_ms", "ci_low_ms", "ci_high_ms", "gb_per_s", "git_sha", "timestamp"]
+
+
+def regime(working_set: int, caches: dict[str, int], threads: int) -> str:
+    """Where a size's input and output live: the private L2s of the cores in use, the shared L3, or DRAM."""
+    if caches.get("L2") and working_set <= caches["L2"] * threads:
+        return "L2"
+    if caches.get("L3") and working_set <= caches["L3"]:
+        return "L3"
+    return "DRAM" if caches else "unknown"
+
+
+def sweep_specs(args, models: dict, plugin: str, opset: int) -> list[dict]:
+    paths = models[("swish", opset)]
+    model_of = {"ort_composite": paths["decomposed"], "ort_custom": paths["custom"], "ort_copy": paths["copy"],
+                "ort_plugin_copy": paths["plugin_copy"]}
+    rows = [r for r in SWEEP_ROWS if args.beta == 1.0 or r[0] != "torch_silu"]
+    return [dict(row=row, beta=args.beta, threads=args.threads, ort_opt_level=level or None,
+                 opset=opset if level else None, exporter=args.exporter if level else None,
+                 model_path=model_of.get(row), plugin=plugin) for row, level in rows]
+
+
+def run_sweep(args, models: dict, plugin: str, facts: dict) -> tuple[list[dict], list[dict]]:
+    """The sweep's raw samples (workload "sweep", shape 1xSEQx768) and one summary row per implementation and size."""
+    from lab.provenance import cpu_caches
+
+    from .run import rotation, run_child
+    from .stats import summarise
+
+    opset = max(o for (name, o) in models if name == "swish")
+    specs = sweep_specs(args, models, plugin, opset)
+    caches = cpu_caches()
+    print(f"[bench] size sweep: {len(specs)} implementations x {len(SEQ)} sizes ({elements(SEQ[0]):,} to "
+          f"{elements(SEQ[-1]):,} elements), {args.sweep_rounds} processes each; caches {caches}", flush=True)
+    timings: list[list[dict]] = [[] for _ in specs]
+    done, total = 0, len(specs) * args.sweep_rounds
+    for round_index in range(args.sweep_rounds):
+        for i in rotation(len(specs), args.sweep_rounds, round_index):
+            done += 1
+            started = time.perf_counter()
+            timings[i].append(run_child("bench.sweep", specs[i]))
+            print(f"[sweep {done:2}/{total}] {specs[i]['row']} ({time.perf_counter() - started:.0f} s)", flush=True)
+    samples, rows = [], []
+    for spec, per_process in zip(specs, timings):
+        for seq in SEQ:
+            key = dict(entry=args.entry, workload="sweep", row=spec["row"], dtype="float32", shape=f"1x{seq}x{HIDDEN}",
+                       beta=args.beta, opset=spec["opset"], exporter=spec["exporter"],
+                       ort_opt_level=spec["ort_opt_level"],
+                       execution_provider="torch-cpu" if spec["row"].startswith("torch_") else "CPUExecutionProvider",
+                       threads=args.threads)
+            groups = [process[str(seq)] for process in per_process]
+            samples += [dict(key, process=p, run=r, seconds=round(s, 9)) for p, g in enumerate(groups) for r, s in enumerate(g)]
+            summary = summarise(groups)
+            rows.append(dict(entry=args.entry, row=spec["row"], ort_opt_level=spec["ort_opt_level"], opset=spec["opset"],
+                             threads=args.threads, shape=key["shape"], elements=elements(seq),
+                             bytes_moved=bytes_moved(seq), regime=regime(bytes_moved(seq), caches, args.threads),
+                             processes=summary.processes, runs=summary.runs, p50_ms=round(summary.median * 1e3, 5),
+                             ci_low_ms=round(summary.ci_low * 1e3, 5), ci_high_ms=round(summary.ci_high * 1e3, 5),
+                             gb_per_s=round(bytes_moved(seq) / summary.median / 1e9, 3),
+                             git_sha=facts.get("git_sha"), timestamp=facts.get("timestamp")))
+    return samples, rows
