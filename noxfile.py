@@ -363,6 +363,17 @@ def report(session: nox.Session) -> None:
 
 
 @nox.session
+def compare(session: nox.Session) -> None:
+    """NEW against BASE, row by row from their samples (results dirs, CSVs or git revisions); exit 1 on a slowdown."""
+    if "--same-build" in session.posargs:  # runs the benchmark here, in this session's virtualenv
+        _install(session, _entry(session, matrix.DEFAULT_ENTRY))
+        _build(session)
+    else:
+        session.install("-r", str(TOOLS))
+    session.run("python", "-m", "bench.compare", *session.posargs, env={"PYTHONPATH": str(REPO)})
+
+
+@nox.session
 def cross_machine_diff(session: nox.Session) -> None:
     """Layer 3: the same ONNX files and inputs on several targets (default: docker local) must agree."""
     from lab import docker

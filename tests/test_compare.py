@@ -1,0 +1,131 @@
+"""Statistics over samples and `nox -s compare`: intervals that cover, same-distribution runs not
+flagged, planted slowdowns flagged (synthetic samples, then real runs with a slower CPU path)."""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bench import compare as C
+from bench import stats
+from bench.rows import SAMPLE_COLUMNS
+
+REPO = Path(__file__).resolve().parent.parent
+KEY = dict(entry="cpu", workload="swish", dtype="float32", shape="8x512x768", beta="1.0", opset="", exporter="",
+           ort_opt_level="", execution_provider="torch-cpu", threads="2")
+
+
+def runs_of(rng, median: float, processes: int = 3, runs: int = 60, process_sd: float = 0.02, run_sd: float = 0.05):
+    """Timings as a benchmark makes them: a level per process, log-normal noise around it per run."""
+    return [median * (1 + rng.normal(0, process_sd)) * np.exp(rng.normal(0, run_sd, runs)) for _ in range(processes)]
+
+
+def as_samples(groups, row: str = "torch_extension") -> list[dict]:
+    return [dict(KEY, row=row, process=str(p), run=str(r), seconds=repr(float(s)))
+            for p, g in enumerate(groups) for r, s in enumerate(g)]
+
+
+def write_samples(directory: Path, samples: list[dict]) -> Path:
+    path = directory / "cpu" / "samples.csv"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=SAMPLE_COLUMNS, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(samples)
+    return path
+
+
+def test_the_interval_of_the_median_covers_the_true_one_about_as_often_as_it_says():
+    rng = np.random.default_rng(1)
+    # No process effect here, so the true median is known exactly: 1.0.
+    covered = sum(s.ci_low <= 1.0 <= s.ci_high
+                  for s in (stats.summarise(runs_of(rng, 1.0, process_sd=0.0)) for _ in range(150)))
+    assert covered / 150 >= 0.88
+
+
+def test_the_interval_widens_with_the_spread_between_processes():
+    rng = np.random.default_rng(2)
+    calm = stats.summarise(runs_of(rng, 1.0, process_sd=0.0))
+    drifting = stats.summarise(runs_of(rng, 1.0, process_sd=0.10))
+    assert (drifting.ci_high - drifting.ci_low) > 2 * (calm.ci_high - calm.ci_low)
+    assert drifting.process_spread > calm.process_spread
+
+
+def test_same_distribution_is_rarely_flagged_and_a_planted_slowdown_always():
+    rng = np.random.default_rng(3)
+    same = [C.compare(as_samples(runs_of(rng, 1.0)), as_samples(runs_of(rng, 1.0)))[0][0] for _ in range(100)]
+    assert sum(r["flagged"] for r in same) <= 3
+    slower = [C.compare(as_samples(runs_of(rng, 1.0)), as_samples(runs_of(rng, 1.2)))[0][0] for _ in range(20)]
+    assert all(r["flagged"] and r["verdict"] == "slower" for r in slower)
+    faster = C.compare(as_samples(runs_of(rng, 1.0)), as_samples(runs_of(rng, 0.8)))[0][0]
+    assert faster["verdict"] == "faster" and not faster["flagged"]
+
+
+def test_a_significant_change_below_the_threshold_is_reported_but_does_not_fail():
+    rng = np.random.default_rng(4)
+    base, new = as_samples(runs_of(rng, 1.0, run_sd=0.005, process_sd=0.0)), \
+        as_samples(runs_of(rng, 1.03, run_sd=0.005, process_sd=0.0))
+    (result,), _ = C.compare(base, new, threshold=0.05)
+    assert result["verdict"] == "slower" and not result["flagged"]
+    (result,), _ = C.compare(base, new, threshold=0.01)
+    assert result["flagged"]
+
+
+def test_sources_directory_bench_csv_and_git_revision(tmp_path):
+    rng = np.random.default_rng(5)
+    base = write_samples(tmp_path / "base", as_samples(runs_of(rng, 1.0)))
+    (base.parent / "bench.csv").write_text("entry\ncpu\n")
+    assert C.load(str(tmp_path / "base"), "cpu")[0] == str(base)
+    assert C.load(str(base.parent / "bench.csv"), "cpu")[0] == str(base)
+    repo = tmp_path / "repo"
+    write_samples(repo / "results", as_samples(runs_of(rng, 1.0)))
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    subprocess.run(git + ["add", "-A"], check=True)
+    subprocess.run(git + ["commit", "-qm", "results"], check=True)
+    where, samples = C.load("HEAD", "cpu", repo=repo)
+    assert where == "HEAD:results/cpu/samples.csv" and len(samples) == 180
+
+
+def test_unreadable_inputs_exit_2_with_what_to_do(tmp_path):
+    (tmp_path / "old" / "cpu").mkdir(parents=True)
+    (tmp_path / "old" / "cpu" / "bench.csv").write_text("entry,row\ncpu,x\n")
+    done = subprocess.run([sys.executable, "-m", "bench.compare", str(tmp_path / "old"), str(tmp_path / "old")],
+                          cwd=REPO, capture_output=True, text=True)
+    assert done.returncode == 2
+    assert "no samples.csv" in done.stderr and "nox -s bench" in done.stderr
+
+
+def _bench(results: Path, **env) -> None:
+    small = ["--workload", "swish", "--opsets", "18", "--rounds", "2", "--runs", "40", "--no-sweep", "--no-targets",
+             "--no-compile"]
+    done = subprocess.run([sys.executable, "-m", "bench.run", *small, "--results", str(results)], cwd=REPO,
+                          env=dict(os.environ, PYTHONPATH=str(REPO), **env), capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+
+
+def test_a_planted_slowdown_is_flagged_on_real_runs(ext, plugin_path, tmp_path):
+    """The kernel capped at its baseline path (no AVX2/AVX-512): the extension and the plugin's op
+    must come out significantly slower; compare exits 1."""
+    _bench(tmp_path / "base")
+    _bench(tmp_path / "new", MYOPS_CPU_ISA="baseline")
+    done = subprocess.run([sys.executable, "-m", "bench.compare", str(tmp_path / "base"), str(tmp_path / "new"),
+                           "--json", str(tmp_path / "compare.json")], cwd=REPO, capture_output=True, text=True)
+    assert done.returncode == 1, done.stdout + done.stderr
+    flagged = {r["row"] for r in json.loads((tmp_path / "compare.json").read_text()) if r["flagged"]}
+    assert {"swish torch_extension", "swish ort_custom all opset 18"} <= flagged, done.stdout
+
+
+@pytest.mark.parametrize("count,rounds", [(10, 3), (7, 2), (3, 3)])
+def test_each_round_runs_every_row_once_from_a_rotated_start(count, rounds):
+    from bench.run import rotation
+
+    orders = [rotation(count, rounds, r) for r in range(rounds)]
+    assert all(sorted(o) == list(range(count)) for o in orders)
+    assert len({o[0] for o in orders}) == rounds
