@@ -201,7 +201,8 @@ def sampled_summary(entry_dir: Path, rows: list[dict], groups: dict, sweep: list
              f"Device: {first['device']}; torch {first['torch']}, onnx {first['onnx']}, onnxruntime {first['onnxruntime']}; "
              f"{first['threads']} threads; git {first['git_sha'][:12]}{' (dirty)' if first['git_dirty'] == 'True' else ''}; "
              f"measured {first['timestamp']}.", "",
-             f"Latency: every row ran in {processes} fresh processes, in interleaved rounds (each round runs every "
+             f"Latency: every row ran in {processes} fresh processes (torch.compile, a reference row that compiles "
+             "for seconds in each, in one), in interleaved rounds (each round runs every "
              "row once, starting at a rotated position, so that the machine's drift hits every row alike). p50 is "
              "the median of all runs; the 95% interval comes from a bootstrap over processes and the runs within "
              "them; process spread is (slowest - fastest process median) / median, what a re-run can move. Rows "

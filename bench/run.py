@@ -39,9 +39,10 @@ def plan(args, opsets: list[int], models: dict, plugin: str) -> list[dict]:
         runs = dict(warmup=args.warmup, runs=args.runs) if name == "swish" else dict(warmup=args.ffn_warmup, runs=args.ffn_runs)
         common = dict(workload=name, beta=args.beta, threads=args.threads, **runs)
         torch_rows = ["torch_composite", "torch_extension"] + (["torch_silu"] if args.beta == 1.0 else [])
-        torch_rows += [] if args.no_compile else ["torch_compile"]
         torch_rows += ["torch_copy", "torch_copy_into"] if name == "swish" else []
         specs += [dict(common, row=row) for row in torch_rows]
+        # A reference row whose every process first compiles for ~8 s: measured in the first round only.
+        specs += [] if args.no_compile else [dict(common, row="torch_compile", rounds=1)]
         for opset in opsets:
             specs += ort_row_specs(dict(common, opset=opset, exporter=args.exporter), models[(name, opset)], plugin)
     return specs
@@ -97,19 +98,22 @@ def combine(results: list[dict]) -> dict:
                 process_spread=round(summary.process_spread, 4))
 
 
+def schedule(specs: list[dict], rounds: int) -> list[tuple[int, int]]:
+    """(round, spec index) in the order to run: every round rotated; a spec with its own "rounds" stops there."""
+    return [(r, i) for r in range(rounds) for i in rotation(len(specs), rounds, r) if r < specs[i].get("rounds", rounds)]
+
+
 def measure_rounds(specs: list[dict], rounds: int, label, log=print) -> list[list[dict]]:
-    """Each spec measured `rounds` times, each time in a fresh process, in rotated order."""
+    """Each spec measured `rounds` times (fewer where it says so), each time in a fresh process, in rotated order."""
     measured: list[list[dict]] = [[] for _ in specs]
-    done, total = 0, len(specs) * rounds
-    for round_index in range(rounds):
-        for i in rotation(len(specs), rounds, round_index):
-            done += 1
-            log(f"[bench {done:3}/{total} round {round_index + 1}/{rounds}] {label(specs[i])} ...", end=" ", flush=True)
-            started = time.perf_counter()
-            # Peak memory is the same in every round: measured in the first only (a process of its own).
-            result = run_row(dict(specs[i], no_memory=round_index > 0))
-            log(f"p50 {result['p50_ms']:.3f} ms ({time.perf_counter() - started:.0f} s)", flush=True)
-            measured[i].append(result)
+    order = schedule(specs, rounds)
+    for done, (round_index, i) in enumerate(order, 1):
+        log(f"[bench {done:3}/{len(order)} round {round_index + 1}/{rounds}] {label(specs[i])} ...", end=" ", flush=True)
+        started = time.perf_counter()
+        # Peak memory is the same in every round: measured in the first only (a process of its own).
+        result = run_row(dict(specs[i], no_memory=round_index > 0))
+        log(f"p50 {result['p50_ms']:.3f} ms ({time.perf_counter() - started:.0f} s)", flush=True)
+        measured[i].append(result)
     return measured
 
 
@@ -157,6 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     opsets = args.opsets or sorted({o if o != "newest" else newest_opset(args.exporter) for o in entry["opsets"]})
     if args.quick and not args.opsets:
         opsets = opsets[:1]
+    started = time.perf_counter()
     facts = provenance.collect()
     print(f"[bench] entry {args.entry}: torch {facts['torch']}, onnxruntime {facts['onnxruntime']}, "
           f"{facts['cpu']} x{facts['cores']}, {args.threads} threads, opsets {opsets}", flush=True)
@@ -183,17 +188,20 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(record(args.entry, spec, combine(results), facts))
             samples += samples_of(rows[-1], results)
         derive(rows)
+        print(f"[bench] rows measured ({time.perf_counter() - started:.0f} s since start)", flush=True)
         sweep_rows = []
         if not args.no_sweep and "swish" in args.workload:
             from .sweep import run_sweep
 
             sweep_samples, sweep_rows = run_sweep(args, models, plugin, facts)
             samples += sweep_samples
+            print(f"[bench] sweep measured ({time.perf_counter() - started:.0f} s since start)", flush=True)
         target_rows = []
         if not args.no_targets and "swish" in args.workload:
             from .targets import measure_targets
 
             target_rows = measure_targets(args, models, plugin, rows, facts)
+            print(f"[bench] targets measured ({time.perf_counter() - started:.0f} s since start)", flush=True)
 
     write_rows(args.results, args.entry, rows, samples)
     if sweep_rows:

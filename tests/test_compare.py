@@ -129,3 +129,13 @@ def test_each_round_runs_every_row_once_from_a_rotated_start(count, rounds):
     orders = [rotation(count, rounds, r) for r in range(rounds)]
     assert all(sorted(o) == list(range(count)) for o in orders)
     assert len({o[0] for o in orders}) == rounds
+
+
+def test_a_row_with_its_own_round_count_runs_only_in_the_first_rounds():
+    from bench.run import schedule
+
+    specs = [{"row": "a"}, {"row": "torch_compile", "rounds": 1}, {"row": "b"}]
+    order = schedule(specs, 3)
+    assert [i for _, i in order].count(1) == 1 and order.count((0, 1)) == 1
+    assert [i for _, i in order].count(0) == 3 and [i for _, i in order].count(2) == 3
+    assert [r for r, _ in order] == sorted(r for r, _ in order)  # rounds stay interleaved, one after another
