@@ -274,7 +274,9 @@ def summary(entry_dir: Path, rows: list[dict], targets: list[dict]) -> str:
 def _targets_table(targets: list[dict]) -> list[str]:
     if not targets:
         return []
-    lines = ["## Targets (paired ratios, A B A B in one process)", ""]
+    processes = max((int(t["processes"]) for t in targets if t.get("processes")), default=1)
+    lines = [f"## Targets (paired ratios, A B A B in each of {processes} processes; the interval is over processes, "
+             "then pairs)" if processes > 1 else "## Targets (paired ratios, A B A B in one process)", ""]
     pools = sorted({t.get("ort_thread_pool") for t in targets} - {None, ""})
     if pools:
         lines += [f"ORT sessions in the pairs: {'; '.join(pools)} (a pool per session keeps spinning after "

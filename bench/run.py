@@ -133,10 +133,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-sweep", action="store_true", help="skip the size sweep of the activation alone")
     parser.add_argument("--sweep-rounds", type=int, default=2, help="processes per implementation in the sweep")
     parser.add_argument("--quick", action="store_true",
-                        help="a smoke run: 2 rounds, fewer runs, one opset, no sweep, no torch.compile, 30 pairs")
+                        help="a smoke run: 2 rounds, fewer runs, one opset, no sweep, no torch.compile, 30 pairs in one process")
     parser.add_argument("--exporter", choices=["dynamo", "torchscript"], default="dynamo")
     parser.add_argument("--opsets", type=int, nargs="+", help="default: the entry's opsets")
     parser.add_argument("--pairs", type=int, default=100, help="alternating A/B pairs per target ratio")
+    parser.add_argument("--target-processes", type=int, default=3,
+                        help="fresh processes the target pairs run in (the interval is over processes, then pairs)")
     parser.add_argument("--no-targets", action="store_true", help="skip the paired target ratios")
     parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile reference row")
     parser.add_argument("--profile", action="store_true",
@@ -145,10 +147,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     if args.quick:
-        args.rounds, args.runs, args.ffn_runs, args.ffn_warmup, args.pairs = 2, 30, 3, 1, 30
+        args.rounds, args.runs, args.ffn_runs, args.ffn_warmup, args.pairs, args.target_processes = 2, 30, 3, 1, 30, 1
         args.no_sweep = args.no_compile = True
-    if args.rounds < 1 or args.runs < 1:
-        parser.error("--rounds and --runs must be at least 1")
+    if min(args.rounds, args.runs, args.target_processes) < 1:
+        parser.error("--rounds, --runs and --target-processes must be at least 1")
 
     entry = matrix.entry(args.entry)
     if entry["device"] != "cpu":

@@ -91,15 +91,6 @@ def change(base_by_process: list, new_by_process: list, confidence: float = CONF
     return Change(point, float(low), float(high))
 
 
-def median_ci(values, confidence: float = CONFIDENCE, resamples: int = RESAMPLES, seed: int = 0) -> tuple[float, float]:
-    """Interval of the median of independent values (e.g. the ratios of paired A/B runs)."""
-    values = np.asarray(values, dtype=float)
-    rng = np.random.default_rng(seed)
-    medians = np.median(values[rng.integers(0, len(values), size=(resamples, len(values)))], axis=1)
-    low, high = np.quantile(medians, [(1 - confidence) / 2, (1 + confidence) / 2])
-    return float(low), float(high)
-
-
 def overlap(a: Summary, b: Summary) -> bool:
     """The two medians' intervals overlap: the difference between them is within noise."""
     return a.ci_low <= b.ci_high and b.ci_low <= a.ci_high

@@ -2,8 +2,11 @@
 
 The ratio of each pair is taken, and the median of those ratios is the figure: both sides see
 the same machine state, so the ratio holds where absolute times drift. CPU default, activation
-alone, float32. Each ratio carries a 95% interval of that median (bootstrap over the pairs). Against
-a copy floor the denominators are every copy timed like the op, and the fastest is the floor.
+alone, float32. The pairs run in several fresh processes: a process's buffer addresses and thread
+placement move a ratio by more than the pairs within it vary (one process alone gave intervals that
+the next run's figure fell outside), so the 95% interval is a bootstrap over processes, then pairs
+(bench.stats). Against a copy floor the denominators are every copy timed like the op, and the
+fastest is the floor.
 
 The pairs run in a child process (`python -m bench.targets SPEC`) whose ORT sessions share one
 intra-op thread pool, as one process serving several models would. With a pool per session, the
@@ -26,7 +29,8 @@ REPO = Path(__file__).resolve().parent.parent
 PAIRS_TIMEOUT_S = 1800
 ORT_THREAD_POOL = "one intra-op pool shared by the sessions"
 TARGET_COLUMNS = ["entry", "target", "numerator", "denominator", "shape", "median_ratio", "ci_low", "ci_high", "limit",
-                  "holds", "pairs", "threads", "opset", "ort_thread_pool", "note", "git_sha", "timestamp"]
+                  "holds", "pairs", "processes", "process_spread", "threads", "opset", "ort_thread_pool", "note",
+                  "git_sha", "timestamp"]
 # (name, numerator, denominators, limit): the target holds when median(A/B) <= limit. Where several
 # denominators are given they are the copies timed like the op, and the fastest of them (the largest
 # ratio) is the floor.
@@ -145,27 +149,35 @@ def _child(spec: dict) -> list[dict]:
 
 
 def _measure(spec: dict, calls: dict, targets: list, pairs: int, shape: str | None = None) -> list[dict]:
-    from .stats import median_ci
-
+    """This process's paired ratios of every target, per denominator."""
     measured = []
     for name, numerator, denominators, limit in targets:
         present = [d for d in denominators if d in calls and not (spec["beta"] != 1.0 and d == "torch_silu")]
         if numerator not in calls or not present:
             continue
         by_floor = {d: paired_ratios(calls[numerator], calls[d], pairs, warmup=3 if shape else 10) for d in present}
-        # The floor is the fastest copy: the one the op's ratio is largest against.
-        denominator = max(by_floor, key=lambda d: statistics.median(by_floor[d]))
-        ratios = by_floor[denominator]
-        ratio = statistics.median(ratios)
-        low, high = median_ci(ratios)
-        note = "; ".join(f"vs {COPY_NAMES.get(d, d)}: {statistics.median(r):.3f}x" for d, r in by_floor.items()) \
-            if len(by_floor) > 1 else ""
-        print(f"  {name:48} {ratio:6.3f}x [{low:.3f}-{high:.3f}]  (target <= {limit}x)  "
-              f"{'OK' if ratio <= limit else 'MISSED'}  {note}", file=sys.stderr, flush=True)
-        measured.append(dict(target=name, numerator=numerator, denominator=denominator, ratio=ratio, ci_low=low,
-                             ci_high=high, limit=limit, note=note, pairs=pairs,
+        measured.append(dict(target=name, numerator=numerator, by_floor=by_floor, limit=limit, pairs=pairs,
                              shape=shape or "x".join(map(str, WORKLOADS["swish"].shape))))
     return measured
+
+
+def combine(per_process: list[list[dict]]) -> list[dict]:
+    """One figure per target from every process's pairs: the pooled median ratio, its hierarchical interval,
+    and, against several copies, the fastest copy as the floor (the one the op's ratio is largest against)."""
+    from .stats import summarise
+
+    combined = []
+    for first in per_process[0]:
+        mine = [m for process in per_process for m in process if m["target"] == first["target"]]
+        groups = {d: [m["by_floor"][d] for m in mine] for d in first["by_floor"]}
+        pooled = {d: statistics.median([r for g in gs for r in g]) for d, gs in groups.items()}
+        denominator = max(pooled, key=pooled.get)
+        summary = summarise(groups[denominator])
+        note = "; ".join(f"vs {COPY_NAMES.get(d, d)}: {r:.3f}x" for d, r in pooled.items()) if len(pooled) > 1 else ""
+        combined.append(dict(first, denominator=denominator, ratio=summary.median, ci_low=summary.ci_low,
+                             ci_high=summary.ci_high, processes=summary.processes,
+                             process_spread=summary.process_spread, note=note))
+    return combined
 
 
 def measure_targets(args, models: dict, plugin: str, rows: list[dict], facts: dict) -> list[dict]:
@@ -181,20 +193,28 @@ def measure_targets(args, models: dict, plugin: str, rows: list[dict], facts: di
         paths["newest_decomposed"] = str(models[("swish", newest)]["decomposed"])
     spec = dict(threads=args.threads, beta=args.beta, pairs=args.pairs, plugin=str(plugin), models=paths,
                 dram=not getattr(args, "quick", False))
-    print(f"[bench] paired target ratios ({args.pairs} alternating pairs each, opset {opset}, ORT sessions "
-          f"sharing one thread pool):", flush=True)
+    processes = getattr(args, "target_processes", 3)
+    print(f"[bench] paired target ratios ({args.pairs} alternating pairs each in {processes} processes, opset "
+          f"{opset}, ORT sessions sharing one thread pool):", flush=True)
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    # stderr (one line per target as it is measured) goes straight to the terminal.
-    child = subprocess.run([sys.executable, "-m", "bench.targets", json.dumps(spec)], stdout=subprocess.PIPE,
-                           text=True, timeout=PAIRS_TIMEOUT_S, env=env, cwd=REPO)
-    if child.returncode != 0:
-        raise RuntimeError(f"the paired target ratios failed (exit status {child.returncode}); see the lines above")
+    per_process = []
+    for number in range(1, processes + 1):
+        started = time.perf_counter()
+        child = subprocess.run([sys.executable, "-m", "bench.targets", json.dumps(spec)], stdout=subprocess.PIPE,
+                               text=True, timeout=PAIRS_TIMEOUT_S, env=env, cwd=REPO)
+        if child.returncode != 0:
+            raise RuntimeError(f"the paired target ratios failed (exit status {child.returncode}); see the lines above")
+        per_process.append(json.loads(child.stdout.strip().splitlines()[-1]))
+        print(f"[targets {number}/{processes}] ({time.perf_counter() - started:.0f} s)", flush=True)
     results = []
-    for m in json.loads(child.stdout.strip().splitlines()[-1]):
+    for m in combine(per_process):
+        print(f"  {m['target']:48} {m['ratio']:6.3f}x [{m['ci_low']:.3f}-{m['ci_high']:.3f}]  (target <= {m['limit']}x)  "
+              f"{'OK' if m['ratio'] <= m['limit'] else 'MISSED'}  {m['note']}", flush=True)
         results.append(dict(entry=args.entry, target=m["target"], numerator=m["numerator"],
                             denominator=m["denominator"], shape=m["shape"], median_ratio=round(m["ratio"], 4),
                             ci_low=round(m["ci_low"], 4), ci_high=round(m["ci_high"], 4), limit=m["limit"],
-                            holds=m["ratio"] <= m["limit"], pairs=m["pairs"], threads=args.threads,
+                            holds=m["ratio"] <= m["limit"], pairs=m["pairs"], processes=m["processes"],
+                            process_spread=round(m["process_spread"], 4), threads=args.threads,
                             opset=newest if m["numerator"].endswith("_newest") else opset,
                             ort_thread_pool=ORT_THREAD_POOL, note=m["note"], git_sha=facts["git_sha"],
                             timestamp=facts["timestamp"]))

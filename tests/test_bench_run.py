@@ -11,7 +11,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 SMALL = ["--workload", "swish", "--runs", "3", "--warmup", "1", "--pairs", "5", "--no-compile", "--opsets", "18",
-         "--rounds", "2", "--sweep-rounds", "1"]
+         "--rounds", "2", "--sweep-rounds", "1", "--target-processes", "2"]
 
 
 def bench_run(results: Path, *extra: str) -> subprocess.Popen:
@@ -60,6 +60,9 @@ def test_writes_rows_samples_sweep_targets_charts_and_summary(ext, plugin_path, 
     targets = _csv(tmp_path / "cpu" / "targets.csv")
     # 5 paired (no Swish-24 at opset 18), the two floor targets again on a DRAM-sized tensor, 2 of memory
     assert len(targets) == 9 and all(t["holds"] in ("True", "False") for t in targets)
+    paired = [t for t in targets if "memory" not in t["target"]]
+    assert all(t["processes"] == "2" and float(t["ci_low"]) <= float(t["median_ratio"]) <= float(t["ci_high"])
+               for t in paired)
     assert {t["shape"] for t in targets} == {"8x512x768", "1x65536x768"}
     floors = {t["target"]: t for t in targets}
     assert floors["ORT custom op vs ORT-side copy floor"]["denominator"] in ("ort_plugin_copy", "ort_copy")
