@@ -36,7 +36,8 @@ def plan(args, opsets: list[int], models: dict, plugin: str) -> list[dict]:
     """Every row to measure, as specs for bench.measure."""
     specs = []
     for name in args.workload:
-        runs = dict(warmup=args.warmup, runs=args.runs) if name == "swish" else dict(warmup=args.ffn_warmup, runs=args.ffn_runs)
+        runs = dict(warmup=args.warmup, runs=args.runs) if name == "swish" else \
+            dict(warmup=args.ffn_warmup, runs=args.ffn_runs, rounds=args.ffn_rounds)
         common = dict(workload=name, beta=args.beta, threads=args.threads, **runs)
         torch_rows = ["torch_composite", "torch_extension"] + (["torch_silu"] if args.beta == 1.0 else [])
         torch_rows += ["torch_copy", "torch_copy_into"] if name == "swish" else []
@@ -128,6 +129,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=100)
     parser.add_argument("--ffn-warmup", type=int, default=2, help="the FFN is ~0.4 s a run on 2 CPU cores")
     parser.add_argument("--ffn-runs", type=int, default=6, help="per process")
+    parser.add_argument("--ffn-rounds", type=int, default=2,
+                        help="processes per FFN row (its matmuls set its time; the activation is what differs)")
     parser.add_argument("--rounds", type=int, default=3,
                         help="fresh processes per row, interleaved: each round runs every row once, rotated")
     parser.add_argument("--no-sweep", action="store_true", help="skip the size sweep of the activation alone")
