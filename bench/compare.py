@@ -34,6 +34,11 @@ from .stats import change
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_THRESHOLD = 0.05
+# Below 3 processes a side, a bootstrap over processes cannot see how far processes (and runs made
+# minutes apart) differ: with 2, two same-build runs of this machine called 38 of 147 rows
+# significantly different. Such rows are shown and not judged.
+MIN_PROCESSES = 3
+TOO_FEW = "too few processes to judge"
 COMPARE_COLUMNS = ["row", "base_ms", "new_ms", "ratio", "ci_low", "ci_high", "verdict", "flagged"]
 NOISE_COLUMNS = ["entry", "base_run", "new_run"] + COMPARE_COLUMNS + ["threshold", "git_sha"]
 
@@ -93,7 +98,8 @@ def compare(base: list[dict], new: list[dict], threshold: float = DEFAULT_THRESH
         c = change(base_groups[key], new_groups[key])
         base_ms = float(np.median(np.concatenate(base_groups[key]))) * 1e3
         new_ms = float(np.median(np.concatenate(new_groups[key]))) * 1e3
-        verdict = c.verdict()
+        fewest = min(len(base_groups[key]), len(new_groups[key]))
+        verdict = c.verdict() if fewest >= MIN_PROCESSES else f"{TOO_FEW} ({fewest})"
         results.append(dict(row=label(key), base_ms=round(base_ms, 5), new_ms=round(new_ms, 5), ratio=round(c.ratio, 4),
                             ci_low=round(c.ci_low, 4), ci_high=round(c.ci_high, 4), verdict=verdict,
                             flagged=verdict == "slower" and c.ratio > 1 + threshold))
@@ -141,7 +147,7 @@ def same_build(runs: int, entry: str, bench_args: list[str], threshold: float, o
         for r in compared:
             rows.append(dict(entry=entry, base_run=a + 1, new_run=b + 1, **r, threshold=threshold, git_sha=sha))
         flagged += sum(r["flagged"] for r in compared)
-        significant += sum(r["verdict"] != "no significant change" for r in compared)
+        significant += sum(r["verdict"] in ("slower", "faster") for r in compared)
     write_csv_atomic(results / entry / "compare_noise.csv", rows, NOISE_COLUMNS)
     total = len(rows)
     print(f"[compare] {runs} runs of one build, {runs * (runs - 1) // 2} pairs, {total} row comparisons: "
@@ -187,8 +193,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  ({line})")
     flagged = [r for r in results if r["flagged"]]
     counts = {v: sum(r["verdict"] == v for r in results) for v in ("faster", "slower", "no significant change")}
+    unjudged = sum(r["verdict"].startswith(TOO_FEW) for r in results)
     print(f"{len(results)} rows: {counts['faster']} faster, {counts['slower']} slower, "
-          f"{counts['no significant change']} no significant change; "
+          f"{counts['no significant change']} no significant change"
+          + (f", {unjudged} with fewer than {MIN_PROCESSES} processes a side, not judged (measure them in more: "
+             "--rounds, --ffn-rounds, --sweep-rounds)" if unjudged else "") + "; "
           + (f"{len(flagged)} significantly slower by more than {args.threshold:.0%}" if flagged else
              f"none significantly slower by more than {args.threshold:.0%}"))
     if args.json:

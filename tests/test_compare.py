@@ -67,6 +67,12 @@ def test_same_distribution_is_rarely_flagged_and_a_planted_slowdown_always():
     assert faster["verdict"] == "faster" and not faster["flagged"]
 
 
+def test_rows_of_fewer_than_three_processes_are_shown_but_not_judged():
+    rng = np.random.default_rng(6)
+    (result,), _ = C.compare(as_samples(runs_of(rng, 1.0, processes=2)), as_samples(runs_of(rng, 1.5, processes=3)))
+    assert result["verdict"] == "too few processes to judge (2)" and not result["flagged"] and result["ratio"] > 1.3
+
+
 def test_a_significant_change_below_the_threshold_is_reported_but_does_not_fail():
     rng = np.random.default_rng(4)
     base, new = as_samples(runs_of(rng, 1.0, run_sd=0.005, process_sd=0.0)), \
@@ -103,7 +109,7 @@ def test_unreadable_inputs_exit_2_with_what_to_do(tmp_path):
 
 
 def _bench(results: Path, **env) -> None:
-    small = ["--workload", "swish", "--opsets", "18", "--rounds", "2", "--runs", "40", "--no-sweep", "--no-targets",
+    small = ["--workload", "swish", "--opsets", "18", "--rounds", "3", "--runs", "40", "--no-sweep", "--no-targets",
              "--no-compile"]
     done = subprocess.run([sys.executable, "-m", "bench.run", *small, "--results", str(results)], cwd=REPO,
                           env=dict(os.environ, PYTHONPATH=str(REPO), **env), capture_output=True, text=True, timeout=900)
