@@ -2,16 +2,19 @@
 
     python -m bench.compare BASE NEW [--entry cpu] [--threshold 0.05]
     python -m bench.compare --same-build N [-- BENCH OPTIONS]
+    python -m bench.compare --same-build-dirs DIR DIR ...
 
 BASE and NEW are each a results directory (results/ or results/<entry>/), a bench.csv or
 samples.csv file, or a git revision (its committed results/<entry>/samples.csv). For every row
-both have, NEW/BASE is the ratio of medians with a 95% interval from a bootstrap over processes and
-runs (bench.stats): "slower" or "faster" when the interval excludes 1, else "no significant
-change". The exit status is 1 when any row is significantly slower by more than the threshold
-(default 5%), else 0; 2 when an input cannot be read.
+both have, NEW/BASE is the ratio of the process medians (geometric mean) with a 95% interval from
+Welch's t over processes (bench.stats.change): "slower" or "faster" when the interval excludes 1,
+else "no significant change"; a row with one process a side is shown, not judged. The exit status
+is 1 when any row is significantly slower by more than the threshold (default 5%), else 0; 2 when
+an input cannot be read or no row could be judged.
 
 --same-build N runs the benchmark N times on this build and compares every pair of runs: each
-flagged row there is a false positive. It writes results/<entry>/compare_noise.csv and states the rate.
+flagged row there is a false positive. It writes results/<entry>/compare_noise.csv and states the
+rate; --same-build-dirs does the same for runs already made.
 """
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ import io
 import itertools
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -30,14 +34,13 @@ import numpy as np
 
 from .cpu_summary import sample_groups
 from .rows import KEY
-from .stats import change
+from .stats import Change, change
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_THRESHOLD = 0.05
-# Below 3 processes a side, a bootstrap over processes cannot see how far processes (and runs made
-# minutes apart) differ: with 2, two same-build runs of this machine called 38 of 147 rows
-# significantly different. Such rows are shown and not judged.
-MIN_PROCESSES = 3
+# The interval treats processes as the units (bench.stats.change): a row measured in one process a
+# side has no spread between processes to judge it by. Such rows are shown and not judged.
+MIN_PROCESSES = 2
 TOO_FEW = "too few processes to judge"
 COMPARE_COLUMNS = ["row", "base_ms", "new_ms", "ratio", "ci_low", "ci_high", "verdict", "flagged"]
 NOISE_COLUMNS = ["entry", "base_run", "new_run"] + COMPARE_COLUMNS + ["threshold", "git_sha"]
@@ -74,7 +77,8 @@ def load(source: str, entry: str, repo: Path = REPO) -> tuple[str, list[dict]]:
     shown = subprocess.run(["git", "-C", str(repo), "show", f"{source}:{inside}"], capture_output=True, text=True)
     if shown.returncode != 0:
         reason = shown.stderr.strip().splitlines()[-1] if shown.stderr.strip() else "unknown"
-        raise SourceError(f"{source!r} is neither a directory, a file nor a git revision with {inside} ({reason})")
+        raise SourceError(f"{source!r} is neither a directory, a file nor a git revision with {inside} ({reason}): "
+                          f"give a results directory, a samples.csv, or a commit that holds {inside}")
     return f"{source}:{inside}", _parse(shown.stdout, f"{source}:{inside}")
 
 
@@ -95,13 +99,17 @@ def compare(base: list[dict], new: list[dict], threshold: float = DEFAULT_THRESH
     base_groups, new_groups = sample_groups(base), sample_groups(new)
     results = []
     for key in sorted(set(base_groups) & set(new_groups)):
-        c = change(base_groups[key], new_groups[key])
         base_ms = float(np.median(np.concatenate(base_groups[key]))) * 1e3
         new_ms = float(np.median(np.concatenate(new_groups[key]))) * 1e3
         fewest = min(len(base_groups[key]), len(new_groups[key]))
-        verdict = c.verdict() if fewest >= MIN_PROCESSES else f"{TOO_FEW} ({fewest})"
+        if fewest >= MIN_PROCESSES:
+            c = change(base_groups[key], new_groups[key])
+            verdict = c.verdict()
+        else:  # the ratio of medians, shown with no interval
+            c, verdict = Change(new_ms / base_ms, float("nan"), float("nan")), f"{TOO_FEW} ({fewest})"
         results.append(dict(row=label(key), base_ms=round(base_ms, 5), new_ms=round(new_ms, 5), ratio=round(c.ratio, 4),
-                            ci_low=round(c.ci_low, 4), ci_high=round(c.ci_high, 4), verdict=verdict,
+                            ci_low=None if np.isnan(c.ci_low) else round(c.ci_low, 4),
+                            ci_high=None if np.isnan(c.ci_high) else round(c.ci_high, 4), verdict=verdict,
                             flagged=verdict == "slower" and c.ratio > 1 + threshold))
     unmatched = [f"only in BASE: {label(k)}" for k in sorted(set(base_groups) - set(new_groups))]
     unmatched += [f"only in NEW: {label(k)}" for k in sorted(set(new_groups) - set(base_groups))]
@@ -113,20 +121,19 @@ def print_table(results: list[dict], threshold: float) -> None:
     print(f"{'row':{width}}  {'BASE ms':>10}  {'NEW ms':>10}  {'NEW/BASE [95% CI]':>24}  verdict")
     for r in results:
         mark = f"  <-- slower by more than {threshold:.0%}" if r["flagged"] else ""
+        interval = "" if r["ci_low"] is None else f"[{r['ci_low']:.3f}-{r['ci_high']:.3f}]"
         print(f"{r['row']:{width}}  {r['base_ms']:10.4f}  {r['new_ms']:10.4f}  "
-              f"{r['ratio']:7.3f}x [{r['ci_low']:.3f}-{r['ci_high']:.3f}]  {r['verdict']}{mark}")
+              f"{r['ratio']:7.3f}x {interval:>15}  {r['verdict']}{mark}")
 
 
 def same_build(runs: int, entry: str, bench_args: list[str], threshold: float, out_root: Path,
                results: Path) -> int:
     """Run the benchmark `runs` times and compare every pair: the flagged share is the false-positive rate."""
-    from lab.files import write_csv_atomic
-    from lab.provenance import git_state
-
     if runs < 2:
         print("error: --same-build needs at least 2 runs", file=sys.stderr)
         return 2
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    shutil.rmtree(out_root, ignore_errors=True)  # bench.run upserts: an earlier call's rows must not be compared
     dirs = []
     for i in range(runs):
         target = out_root / f"run-{i + 1}"
@@ -140,7 +147,16 @@ def same_build(runs: int, entry: str, bench_args: list[str], threshold: float, o
             return 2
         print(f"[compare]   done in {time.perf_counter() - started:.0f} s", flush=True)
         dirs.append(target)
-    rows, flagged, significant = [], 0, 0
+    return false_positives(dirs, entry, threshold, results)
+
+
+def false_positives(dirs: list[Path], entry: str, threshold: float, results: Path) -> int:
+    """Compare every pair of same-build runs: each flagged row is a false positive."""
+    from lab.files import write_csv_atomic
+    from lab.provenance import git_state
+
+    runs = len(dirs)
+    rows, flagged, significant, judged = [], 0, 0, 0
     sha = git_state().get("git_sha")
     for a, b in itertools.combinations(range(runs), 2):
         compared, _ = compare(load(str(dirs[a]), entry)[1], load(str(dirs[b]), entry)[1], threshold)
@@ -148,13 +164,28 @@ def same_build(runs: int, entry: str, bench_args: list[str], threshold: float, o
             rows.append(dict(entry=entry, base_run=a + 1, new_run=b + 1, **r, threshold=threshold, git_sha=sha))
         flagged += sum(r["flagged"] for r in compared)
         significant += sum(r["verdict"] in ("slower", "faster") for r in compared)
+        judged += sum(not r["verdict"].startswith(TOO_FEW) for r in compared)
+    if not judged:
+        print(f"error: no row of these runs has {MIN_PROCESSES} processes, so none could be judged: give the "
+              f"benchmark --rounds {MIN_PROCESSES} or more", file=sys.stderr)
+        return 2
     write_csv_atomic(results / entry / "compare_noise.csv", rows, NOISE_COLUMNS)
-    total = len(rows)
-    print(f"[compare] {runs} runs of one build, {runs * (runs - 1) // 2} pairs, {total} row comparisons: "
-          f"{flagged} flagged ({flagged / total:.1%} false positives at threshold {threshold:.0%}); "
-          f"{significant} ({significant / total:.1%}) called significant either way. "
+    print(f"[compare] {runs} runs of one build, {runs * (runs - 1) // 2} pairs, {judged} judged row comparisons"
+          f"{f' ({len(rows) - judged} more with too few processes)' if len(rows) > judged else ''}: "
+          f"{flagged} flagged ({flagged / judged:.1%} false positives at threshold {threshold:.0%}); "
+          f"{significant} ({significant / judged:.1%}) called significant either way; "
+          f"{sum(r['flagged'] for r in pair_any(rows))} of {runs * (runs - 1) // 2} comparisons flagged a row. "
           f"Written to {results / entry / 'compare_noise.csv'}")
     return 0
+
+
+def pair_any(rows: list[dict]) -> list[dict]:
+    """One entry per (base_run, new_run) comparison: flagged when any of its rows was."""
+    pairs: dict[tuple, bool] = {}
+    for r in rows:
+        key = (r["base_run"], r["new_run"])
+        pairs[key] = pairs.get(key, False) or bool(r["flagged"])
+    return [dict(base_run=a, new_run=b, flagged=f) for (a, b), f in pairs.items()]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -169,14 +200,20 @@ def main(argv: list[str] | None = None) -> int:
                         help="fail when a row is significantly slower by more than this fraction (default 0.05)")
     parser.add_argument("--same-build", type=int, metavar="N",
                         help="run the benchmark N times here and measure how often same-build runs are flagged")
+    parser.add_argument("--same-build-dirs", type=Path, nargs="+", metavar="DIR",
+                        help="results directories of same-build runs made earlier: compare them as --same-build does")
     parser.add_argument("--json", type=Path, help="also write the comparison as JSON")
     parser.add_argument("--results", type=Path, default=REPO / "results", help="where --same-build writes its CSV")
     args = parser.parse_args(argv)
     if args.same_build is not None:
         return same_build(args.same_build, args.entry, bench_args, args.threshold, REPO / "build" / "compare-noise",
                           args.results)
+    if args.same_build_dirs:
+        if len(args.same_build_dirs) < 2:
+            parser.error("--same-build-dirs needs at least 2 directories")
+        return false_positives(args.same_build_dirs, args.entry, args.threshold, args.results)
     if not args.base:
-        parser.error("give BASE (and NEW), or --same-build N")
+        parser.error("give BASE (and NEW), --same-build N or --same-build-dirs DIR DIR ...")
     try:
         base_where, base = load(args.base, args.entry)
         new_where, new = load(args.new or str(REPO / "results"), args.entry)
@@ -191,6 +228,10 @@ def main(argv: list[str] | None = None) -> int:
     print_table(results, args.threshold)
     for line in unmatched:
         print(f"  ({line})")
+    if all(r["verdict"].startswith(TOO_FEW) for r in results):
+        print(f"error: no row has {MIN_PROCESSES} processes on both sides, so none could be judged: run "
+              f"`nox -s bench` with --rounds {MIN_PROCESSES} or more (the default is 3)", file=sys.stderr)
+        return 2
     flagged = [r for r in results if r["flagged"]]
     counts = {v: sum(r["verdict"] == v for r in results) for v in ("faster", "slower", "no significant change")}
     unjudged = sum(r["verdict"].startswith(TOO_FEW) for r in results)
