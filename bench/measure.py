@@ -274,10 +274,6 @@ def _mmap_large_blocks() -> None:
         pass
 
 
-TORCH_ALLOCATION = ("glibc malloc keeps freed blocks (no mmap, no trim), as a caching allocator would: each call "
-                    "reuses the previous call's buffers, like ORT's arena")
-
-
 def keep_freed_blocks() -> None:
     """Timing processes of PyTorch rows: freed blocks stay in the heap for the next call.
 

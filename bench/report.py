@@ -17,6 +17,10 @@ from lab.files import read_csv, write_text_atomic
 from . import cpu_summary
 from .stats import summarise
 
+# What bench.measure.keep_freed_blocks does to the PyTorch rows' timing processes.
+TORCH_ALLOCATION = ("glibc malloc keeps freed blocks (no mmap, no trim), as a caching allocator would: each call "
+                    "reuses the previous call's buffers, like ORT's arena")
+
 RESULTS = Path(__file__).resolve().parent.parent / "results"
 # The four rows of the reference table, then the reference rows.
 FOUR_ROWS = [
@@ -211,16 +215,17 @@ def sampled_summary(entry_dir: Path, rows: list[dict], groups: dict, sweep: list
              "the median of all runs; the 95% interval comes from a bootstrap over processes and the runs within "
              "them; process spread is (slowest - fastest process median) / median, what a re-run can move. Rows "
              "whose intervals overlap cannot be told apart: the 'within noise of' column names them. A row that "
-             "does not differ across opsets is shown once. Every figure here is recomputed from samples.csv. "
+             "does not differ across opsets is shown once. Every latency figure here is recomputed from samples.csv. "
              f"Memory: {first['memory_method']}. GB/s: the least bytes the workload must move over p50; 'of its floor' "
              "is the fastest copy of the same framework (PyTorch: clone or copy_ into a preallocated tensor; ORT: "
              "Identity or the plugin's myops::Copy, which runs on Swish's own threading and buffers) over the row "
              "(1.00 = as fast as that copy).", "",
              "Reading the PyTorch rows: they allocate their output on every call, and the composite two more "
-             "temporaries of the same size; glibc returns blocks that large to the kernel when freed, so every "
-             "call page-faults them in again (copy_ into a preallocated tensor does not). ORT rows write into "
-             "their arena, which ORT keeps. The paired ratios under Targets compare rows side by side in one "
-             "warm process.", "",
+             f"temporaries of the same size. In their timing processes {TORCH_ALLOCATION}; copy_ into a "
+             "preallocated tensor allocates nothing. On a DRAM-sized tensor some processes still fault a fresh "
+             "output in on every call (the targets' DRAM rows and their intervals show it). ORT rows write into "
+             "their arena, which ORT keeps. The paired ratios under Targets compare rows side by side in warm "
+             "processes.", "",
              "![latency](latency.png)", "", "![memory](memory.png)", ""]
     labels = ALL_ROWS
     for workload in workloads(rows):

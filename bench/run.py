@@ -152,8 +152,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.rounds, args.runs, args.ffn_runs, args.ffn_warmup, args.pairs, args.target_processes = 2, 30, 3, 1, 30, 1
         args.no_sweep = args.no_compile = True
-    if min(args.rounds, args.runs, args.target_processes) < 1:
-        parser.error("--rounds, --runs and --target-processes must be at least 1")
+    counts = ("rounds", "runs", "ffn_rounds", "ffn_runs", "sweep_rounds", "target_processes")
+    if min(getattr(args, c) for c in counts) < 1:
+        parser.error(f"{', '.join('--' + c.replace('_', '-') for c in counts)} must each be at least 1")
 
     entry = matrix.entry(args.entry)
     if entry["device"] != "cpu":
