@@ -94,10 +94,11 @@ def test_infer_bench_writes_ort_rows_with_the_images_provenance(cpu_images):
     result = docker.run(cpu_images["infer"], "-c", script, entrypoint="sh")
     out = result.stdout.decode(errors="replace")
     assert result.returncode == 0, out + result.stderr.decode(errors="replace")
-    assert "[bench 4/4]" in out and "CPUExecutionProvider" in out
+    assert "[bench 5/5]" in out and "CPUExecutionProvider" in out
     rows = list(csv.DictReader(out.split("===CSV===\n", 1)[1].splitlines()))
     assert sorted((r["row"], r["ort_opt_level"]) for r in rows) == [
-        ("ort_composite", "all"), ("ort_composite", "basic"), ("ort_copy", "all"), ("ort_custom", "all")]
+        ("ort_composite", "all"), ("ort_composite", "basic"), ("ort_copy", "all"), ("ort_custom", "all"),
+        ("ort_plugin_copy", "all")]
     for r in rows:
         assert r["image"] == cpu_images["infer"] and r["git_sha"] == docker.revision() and r["torch"] == ""
         assert float(r["p50_ms"]) > 0 and r["ort_graph_nodes"]
