@@ -12,8 +12,15 @@ from __future__ import annotations
 from collections import defaultdict
 from pathlib import Path
 
-from .rows import KEY
+from .rows import COPY_ROWS, KEY
 from .stats import Summary, overlap, summarise
+
+
+# Short names of the rows (row, ORT level), for the "within noise of" column and the sweep.
+SHORT = {("torch_composite", ""): "composite", ("torch_extension", ""): "extension", ("torch_silu", ""): "F.silu",
+         ("torch_compile", ""): "compile", ("torch_copy", ""): "clone", ("torch_copy_into", ""): "copy_",
+         ("ort_composite", "all"): "ORT default", ("ort_composite", "basic"): "ORT BASIC",
+         ("ort_custom", "all"): "ORT custom", ("ort_copy", "all"): "Identity", ("ort_plugin_copy", "all"): "plugin Copy"}
 
 
 def _key(row: dict) -> tuple:
@@ -55,7 +62,7 @@ def workload_lines(rows: list[dict], groups: dict, labels: list[tuple[str, str, 
         return []
     floor = {}
     for label, row, level, opsets, summary, r in entries:
-        if row in ("torch_copy", "torch_copy_into", "ort_copy", "ort_plugin_copy"):
+        if row in COPY_ROWS:
             side = "torch" if row.startswith("torch_") else "ort"
             if side not in floor or summary.median < floor[side].median:
                 floor[side] = summary
@@ -77,10 +84,9 @@ def workload_lines(rows: list[dict], groups: dict, labels: list[tuple[str, str, 
     return lines
 
 
-SWEEP_LABELS = {"torch_composite": "composite", "torch_extension": "extension", "torch_silu": "F.silu",
-                "torch_copy": "clone", "torch_copy_into": "copy_", "ort_composite": "ORT default",
-                "ort_custom": "ORT custom", "ort_copy": "Identity", "ort_plugin_copy": "plugin Copy"}
-COPIES = ("torch_copy", "torch_copy_into", "ort_copy", "ort_plugin_copy")
+# The sweep's implementations (no BASIC level, no torch.compile), keyed by row alone.
+SWEEP_LABELS = {row: label for (row, level), label in SHORT.items() if (row, level) not in
+                {("ort_composite", "basic"), ("torch_compile", "")}}
 
 
 def sweep_lines(sweep: list[dict]) -> list[str]:
@@ -118,12 +124,12 @@ def sweep_chart(sweep: list[dict], entry: str, path: Path) -> None:
             points = sorted((int(s["elements"]), float(s["gb_per_s"])) for s in sweep if s["row"] == row)
             if not points or not row.startswith(side):
                 continue
-            style = dict(linestyle="--", linewidth=1) if row in COPIES else dict(marker="o", markersize=3)
-            ax.plot([p[0] for p in points], [p[1] for p in points], label=label + (" (copy)" if row in COPIES else ""),
+            style = dict(linestyle="--", linewidth=1) if row in COPY_ROWS else dict(marker="o", markersize=3)
+            ax.plot([p[0] for p in points], [p[1] for p in points], label=label + (" (copy)" if row in COPY_ROWS else ""),
                     **style)
         floor = defaultdict(float)
         for s in sweep:
-            if s["row"] in COPIES and s["row"].startswith(side):
+            if s["row"] in COPY_ROWS and s["row"].startswith(side):
                 floor[int(s["elements"])] = max(floor[int(s["elements"])], float(s["gb_per_s"]))
         if floor:
             sizes = sorted(floor)

@@ -15,7 +15,8 @@ from pathlib import Path
 from lab.files import read_csv, write_text_atomic
 
 from . import cpu_summary
-from .stats import summarise
+from .cpu_summary import SHORT
+from .rows import timing_figures
 
 # What bench.measure.keep_freed_blocks does to the PyTorch rows' timing processes.
 TORCH_ALLOCATION = ("glibc malloc keeps freed blocks (no mmap, no trim), as a caching allocator would: each call "
@@ -38,10 +39,6 @@ REFERENCE_ROWS = [
     ("copy, ONNX Runtime (Identity)", "ort_copy", "all"),
     ("copy, the plugin's myops::Copy (Swish's threading and buffers)", "ort_plugin_copy", "all"),
 ]
-SHORT = {("torch_composite", ""): "composite", ("torch_extension", ""): "extension", ("ort_composite", "all"): "ORT default",
-         ("ort_composite", "basic"): "ORT BASIC", ("ort_custom", "all"): "ORT custom", ("torch_silu", ""): "F.silu",
-         ("torch_compile", ""): "compile", ("torch_copy", ""): "clone", ("torch_copy_into", ""): "copy_",
-         ("ort_copy", "all"): "Identity", ("ort_plugin_copy", "all"): "plugin Copy"}
 BACKWARD_ROWS = [
     ("PyTorch composite, backward (autograd)", "torch_composite_backward", ""),
     ("PyTorch custom C++ extension, backward", "torch_extension_backward", ""),
@@ -184,17 +181,10 @@ def across_entries(all_rows: list[dict], path: Path) -> None:
 
 def from_samples(rows: list[dict], groups: dict) -> None:
     """Every timing figure of the rows recomputed from their samples (where they have them)."""
-    import numpy as np
-
     for r in rows:
         g = groups.get(cpu_summary._key(r))
-        if not g:
-            continue
-        summary = summarise(g)
-        p20, p80 = np.percentile(np.concatenate([np.asarray(x) for x in g]) * 1e3, [20, 80])
-        r.update(p50_ms=round(summary.median * 1e3, 4), p20_ms=round(float(p20), 4), p80_ms=round(float(p80), 4),
-                 ci_low_ms=round(summary.ci_low * 1e3, 4), ci_high_ms=round(summary.ci_high * 1e3, 4),
-                 processes=summary.processes, process_spread=round(summary.process_spread, 4))
+        if g:
+            r.update(timing_figures(g))
 
 
 def sampled_summary(entry_dir: Path, rows: list[dict], groups: dict, sweep: list[dict], targets: list[dict]) -> str:

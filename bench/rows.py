@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from .workloads import WORKLOADS
+from .workloads import WORKLOADS, percentiles_ms
 
 COLUMNS = [
     "entry", "workload", "row", "dtype", "shape", "beta", "opset", "exporter", "ort_opt_level", "ort_graph_nodes",
@@ -84,6 +84,17 @@ def record(entry: str, spec: dict, measured: dict, facts: dict) -> dict:
         "model_sha256": file_sha256(spec["model_path"]) if spec.get("model_path") else None,
         "timestamp": facts.get("timestamp"),
     }
+
+
+def timing_figures(seconds_by_process: list[list[float]]) -> dict:
+    """A row's timing columns from its processes' runs: percentiles of the pool, the median's 95% interval
+    (bench.stats) and the spread between processes."""
+    from .stats import summarise
+
+    summary = summarise(seconds_by_process)
+    return dict(percentiles_ms([s for g in seconds_by_process for s in g]), processes=summary.processes,
+                ci_low_ms=round(summary.ci_low * 1e3, 4), ci_high_ms=round(summary.ci_high * 1e3, 4),
+                process_spread=round(summary.process_spread, 4))
 
 
 def samples_of(row: dict, results: list[dict]) -> list[dict]:

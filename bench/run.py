@@ -23,9 +23,9 @@ from pathlib import Path
 from lab import matrix, provenance
 from lab.files import write_csv_atomic
 
-from .rows import COLUMNS, copy_models, derive, file_sha256, ort_row_specs, record, samples_of  # noqa: F401 (COLUMNS: imported from here elsewhere)
+from .rows import COLUMNS, copy_models, derive, file_sha256, ort_row_specs, record, samples_of, timing_figures  # noqa: F401 (COLUMNS: imported from here elsewhere)
 from .rows import write as write_rows
-from .workloads import GPU_ONLY_WORKLOADS, WORKLOADS, percentiles_ms
+from .workloads import GPU_ONLY_WORKLOADS, WORKLOADS
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "results"
@@ -90,13 +90,7 @@ def rotation(count: int, rounds: int, round_index: int) -> list[int]:
 
 def combine(results: list[dict]) -> dict:
     """One row's figures from its processes (one per round): timings pooled, memory from the first."""
-    from .stats import summarise
-
-    groups = [r["seconds"] for r in results]
-    summary = summarise(groups)
-    return dict(results[0], **percentiles_ms([s for g in groups for s in g]), processes=summary.processes,
-                ci_low_ms=round(summary.ci_low * 1e3, 4), ci_high_ms=round(summary.ci_high * 1e3, 4),
-                process_spread=round(summary.process_spread, 4))
+    return dict(results[0], **timing_figures([r["seconds"] for r in results]))
 
 
 def schedule(specs: list[dict], rounds: int) -> list[tuple[int, int]]:
@@ -130,7 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ffn-warmup", type=int, default=2, help="the FFN is ~0.4 s a run on 2 CPU cores")
     parser.add_argument("--ffn-runs", type=int, default=6, help="per process")
     parser.add_argument("--ffn-rounds", type=int, default=2,
-                        help="processes per FFN row (its matmuls set its time; the activation is what differs)")
+                        help="processes per FFN row, at most --rounds (its matmuls set its time; the activation is "
+                             "what differs)")
     parser.add_argument("--rounds", type=int, default=3,
                         help="fresh processes per row, interleaved: each round runs every row once, rotated")
     parser.add_argument("--no-sweep", action="store_true", help="skip the size sweep of the activation alone")

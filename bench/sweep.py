@@ -75,10 +75,6 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))
-
-
 # ---------------------------------------------------------------- the sweep as bench.run runs it
 
 SWEEP_COLUMNS = ["entry", "row", "ort_opt_level", "opset", "threads", "shape", "elements", "bytes_moved", "regime",
@@ -108,7 +104,8 @@ def run_sweep(args, models: dict, plugin: str, facts: dict) -> tuple[list[dict],
     """The sweep's raw samples (workload "sweep", shape 1xSEQx768) and one summary row per implementation and size."""
     from lab.provenance import cpu_caches
 
-    from .run import rotation, run_child
+    from .rows import samples_of
+    from .run import run_child, schedule
     from .stats import summarise
 
     opset = max(o for (name, o) in models if name == "swish")
@@ -117,13 +114,11 @@ def run_sweep(args, models: dict, plugin: str, facts: dict) -> tuple[list[dict],
     print(f"[bench] size sweep: {len(specs)} implementations x {len(SEQ)} sizes ({elements(SEQ[0]):,} to "
           f"{elements(SEQ[-1]):,} elements), {args.sweep_rounds} processes each; caches {caches}", flush=True)
     timings: list[list[dict]] = [[] for _ in specs]
-    done, total = 0, len(specs) * args.sweep_rounds
-    for round_index in range(args.sweep_rounds):
-        for i in rotation(len(specs), args.sweep_rounds, round_index):
-            done += 1
-            started = time.perf_counter()
-            timings[i].append(run_child("bench.sweep", specs[i]))
-            print(f"[sweep {done:2}/{total}] {specs[i]['row']} ({time.perf_counter() - started:.0f} s)", flush=True)
+    order = schedule(specs, args.sweep_rounds)
+    for done, (_, i) in enumerate(order, 1):
+        started = time.perf_counter()
+        timings[i].append(run_child("bench.sweep", specs[i]))
+        print(f"[sweep {done:2}/{len(order)}] {specs[i]['row']} ({time.perf_counter() - started:.0f} s)", flush=True)
     samples, rows = [], []
     for spec, per_process in zip(specs, timings):
         for seq in SEQ:
@@ -133,7 +128,7 @@ def run_sweep(args, models: dict, plugin: str, facts: dict) -> tuple[list[dict],
                        execution_provider="torch-cpu" if spec["row"].startswith("torch_") else "CPUExecutionProvider",
                        threads=args.threads)
             groups = [process[str(seq)] for process in per_process]
-            samples += [dict(key, process=p, run=r, seconds=round(s, 9)) for p, g in enumerate(groups) for r, s in enumerate(g)]
+            samples += samples_of(key, [{"seconds": g} for g in groups])
             summary = summarise(groups)
             rows.append(dict(entry=args.entry, row=spec["row"], ort_opt_level=spec["ort_opt_level"], opset=spec["opset"],
                              threads=args.threads, shape=key["shape"], elements=elements(seq),
@@ -143,3 +138,7 @@ def run_sweep(args, models: dict, plugin: str, facts: dict) -> tuple[list[dict],
                              gb_per_s=round(bytes_moved(seq) / summary.median / 1e9, 3),
                              git_sha=facts.get("git_sha"), timestamp=facts.get("timestamp")))
     return samples, rows
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
