@@ -365,8 +365,12 @@ def report(session: nox.Session) -> None:
 @nox.session
 def compare(session: nox.Session) -> None:
     """NEW against BASE, row by row from their samples (results dirs, CSVs or git revisions); exit 1 on a slowdown."""
-    if "--same-build" in session.posargs:  # runs the benchmark here, in this session's virtualenv
-        _install(session, _entry(session, matrix.DEFAULT_ENTRY))
+    own = session.posargs[:session.posargs.index("--")] if "--" in session.posargs else session.posargs
+    if any(a == "--same-build" or a.startswith("--same-build=") for a in own):  # runs the benchmark here
+        entry_id = next((a.split("=", 1)[1] for a in own if a.startswith("--entry=")), None)
+        if entry_id is None and "--entry" in own[:-1]:
+            entry_id = own[own.index("--entry") + 1]
+        _install(session, _entry(session, entry_id or matrix.DEFAULT_ENTRY))
         _build(session)
     else:
         session.install("-r", str(TOOLS))
