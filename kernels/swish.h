@@ -135,41 +135,45 @@ SWISH_DEFINE_SPANS(avx2, __attribute__((target("arch=x86-64-v3"))))
 // work: the extension (at::parallel_for) and the plugin (ParallelFor) stay bitwise equal.
 #define SWISH_AVX512 __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw,fma")))
 
-// 1 + e^z, with e^z = 2^n * e^r as in exp_f32 (Cody-Waite, |r| <= ln2/2), but a degree-6
-// polynomial fitted for relative error (2e-9) in Horner form: about 2 ulp overall, like exp_f32.
-SWISH_AVX512 inline __m512 one_plus_exp16(__m512 z) {
-  // |z| <= 150 keeps n finite; e^150 is inf and e^-150 is 0 after the scaling. z goes second:
-  // vmaxps/vminps return the second operand when one is NaN, so NaN stays NaN.
+// 1 + 2^t. The caller folds -beta * log2(e) into one constant, so e^-(beta x) = 2^t costs one
+// product. 2^t = 2^floor(t) * 2^f with f = t - floor(t) in [0, 1): vreduceps gives f, a degree-5
+// polynomial (fitted for relative error, 9e-8) gives 2^f, and vscalefps applies 2^floor(t) from t
+// itself and saturates to 0 or inf. Against the Cody-Waite e^r of exp_f32 this drops the rounding,
+// the two-step reduction and one clamp: ~30 % fewer cycles per vector, which is what moved the op
+// from compute-bound to near the copy floor at L3 sizes. The cost is accuracy where e^z is large:
+// t is rounded once, so the error grows with |t|: about 6 ulp where |y| >= 0.1 and below 1e-6
+// relative (1e-8 absolute) for smaller outputs, against 2-4 ulp before; tests hold 1.3e-6 + 1e-6.
+SWISH_AVX512 inline __m512 one_plus_exp2_16(__m512 t) {
   // NOTE: the maskz forms with an all-ones mask: GCC 12's unmasked ones start from an undefined
   // register and warn (-Wmaybe-uninitialized) in every file that includes this header.
   const __mmask16 all = 0xFFFF;
-  z = _mm512_maskz_min_ps(all, _mm512_set1_ps(150.0f),
-                          _mm512_maskz_max_ps(all, _mm512_set1_ps(-150.0f), z));
-  const __m512 n = _mm512_maskz_roundscale_ps(
-      all, _mm512_mul_ps(z, _mm512_set1_ps(1.44269504088896341f)),
-      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), z);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.384364674e-3f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.374161087e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.166800156e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.666643173e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.999999404e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  return _mm512_add_ps(_mm512_maskz_scalef_ps(all, p, n), _mm512_set1_ps(1.0f));
+  // |t| <= 216 keeps floor(t) finite (2^216 is inf and 2^-216 is 0 after the scaling); vrangeps
+  // with imm 0x02 is min(|t|, 216) with t's sign in one op, and a NaN t stays NaN.
+  t = _mm512_maskz_range_ps(all, t, _mm512_set1_ps(216.0f), 0x02);
+  const __m512 f = _mm512_maskz_reduce_ps(all, t, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+  __m512 p = _mm512_set1_ps(1.8775727e-3f);
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(8.9893444e-3f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.5826318e-2f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.4015361e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.9315308e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.9999994e-1f));
+  return _mm512_add_ps(_mm512_maskz_scalef_ps(all, p, t), _mm512_set1_ps(1.0f));
+}
+
+// -beta * log2(e): x times it is the exponent t of e^-(beta x) = 2^t.
+SWISH_AVX512 inline __m512 exp2_factor(float beta) {
+  return _mm512_set1_ps(-beta * 1.44269504088896341f);
 }
 
 // x / (1 + e^-(beta x)), as forward(): x = -inf gives -inf / inf = NaN, very negative x gives -0.
-SWISH_AVX512 inline __m512 forward16(__m512 x, __m512 neg_beta) {
-  return _mm512_div_ps(x, one_plus_exp16(_mm512_mul_ps(neg_beta, x)));
+SWISH_AVX512 inline __m512 forward16(__m512 x, __m512 factor) {
+  return _mm512_div_ps(x, one_plus_exp2_16(_mm512_mul_ps(x, factor)));
 }
 
 // backward() in the same order: s = sigmoid(beta x), grad * s + ((grad * x) * (1 - s) * s) * beta.
-// (-beta) * x is -(beta * x) exactly: rounding is symmetric.
-SWISH_AVX512 inline __m512 backward16(__m512 grad, __m512 x, __m512 beta, __m512 neg_beta) {
+SWISH_AVX512 inline __m512 backward16(__m512 grad, __m512 x, __m512 beta, __m512 factor) {
   const __m512 one = _mm512_set1_ps(1.0f);
-  const __m512 s = _mm512_div_ps(one, one_plus_exp16(_mm512_mul_ps(neg_beta, x)));
+  const __m512 s = _mm512_div_ps(one, one_plus_exp2_16(_mm512_mul_ps(x, factor)));
   const __m512 through_sigmoid =
       _mm512_mul_ps(_mm512_mul_ps(_mm512_mul_ps(grad, x), _mm512_sub_ps(one, s)), s);
   return _mm512_add_ps(_mm512_mul_ps(grad, s), _mm512_mul_ps(through_sigmoid, beta));
@@ -190,7 +194,7 @@ inline bool loads_ahead(const void* in, const void* out) {
 }
 
 SWISH_AVX512 inline void forward_span_avx512(const float* x, float* y, int64_t n, float beta) {
-  const __m512 neg_beta = _mm512_set1_ps(-beta);
+  const __m512 factor = exp2_factor(beta);
   const int64_t full = n - n % 16;
   int64_t i = 0;
   if (loads_ahead(x, y) && full >= 128) {
@@ -199,34 +203,34 @@ SWISH_AVX512 inline void forward_span_avx512(const float* x, float* y, int64_t n
     for (; i + 128 <= full; i += 64) {
       const __m512 b0 = _mm512_loadu_ps(x + i + 64), b1 = _mm512_loadu_ps(x + i + 80);
       const __m512 b2 = _mm512_loadu_ps(x + i + 96), b3 = _mm512_loadu_ps(x + i + 112);
-      _mm512_storeu_ps(y + i, forward16(a0, neg_beta));
-      _mm512_storeu_ps(y + i + 16, forward16(a1, neg_beta));
-      _mm512_storeu_ps(y + i + 32, forward16(a2, neg_beta));
-      _mm512_storeu_ps(y + i + 48, forward16(a3, neg_beta));
+      _mm512_storeu_ps(y + i, forward16(a0, factor));
+      _mm512_storeu_ps(y + i + 16, forward16(a1, factor));
+      _mm512_storeu_ps(y + i + 32, forward16(a2, factor));
+      _mm512_storeu_ps(y + i + 48, forward16(a3, factor));
       a0 = b0, a1 = b1, a2 = b2, a3 = b3;
     }
     // The last 4 loaded vectors (i .. i + 63) are stored by the plain loop below, reloaded.
   }
-  for (; i < full; i += 16) _mm512_storeu_ps(y + i, forward16(_mm512_loadu_ps(x + i), neg_beta));
+  for (; i < full; i += 16) _mm512_storeu_ps(y + i, forward16(_mm512_loadu_ps(x + i), factor));
   if (full < n) {
     const __mmask16 m = tail_mask(n - full);
-    _mm512_mask_storeu_ps(y + full, m, forward16(_mm512_maskz_loadu_ps(m, x + full), neg_beta));
+    _mm512_mask_storeu_ps(y + full, m, forward16(_mm512_maskz_loadu_ps(m, x + full), factor));
   }
 }
 
 SWISH_AVX512 inline void backward_span_avx512(const float* grad, const float* x, float* dx,
                                               int64_t n, float beta) {
   const __m512 b = _mm512_set1_ps(beta);
-  const __m512 neg_b = _mm512_set1_ps(-beta);
+  const __m512 factor = exp2_factor(beta);
   const int64_t full = n - n % 16;
   for (int64_t i = 0; i < full; i += 16) {
     _mm512_storeu_ps(dx + i,
-                     backward16(_mm512_loadu_ps(grad + i), _mm512_loadu_ps(x + i), b, neg_b));
+                     backward16(_mm512_loadu_ps(grad + i), _mm512_loadu_ps(x + i), b, factor));
   }
   if (full < n) {
     const __mmask16 m = tail_mask(n - full);
     const __m512 g = _mm512_maskz_loadu_ps(m, grad + full);
-    _mm512_mask_storeu_ps(dx + full, m, backward16(g, _mm512_maskz_loadu_ps(m, x + full), b, neg_b));
+    _mm512_mask_storeu_ps(dx + full, m, backward16(g, _mm512_maskz_loadu_ps(m, x + full), b, factor));
   }
 }
 #undef SWISH_AVX512
