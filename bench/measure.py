@@ -274,15 +274,34 @@ def _mmap_large_blocks() -> None:
         pass
 
 
+# glibc reads its tunables once, at start-up: set for every timing process by its parent.
+NO_THREAD_CACHE = "glibc.malloc.tcache_count=0"
+
+
+def timing_child_env(repo: Path) -> dict:
+    """The environment of a timing process: the repository importable, glibc's per-thread cache off.
+
+    torch asks for 64-byte aligned blocks; glibc's memalign cuts a few bytes off either end of each
+    one, and while those scraps sit in the per-thread cache a freed output cannot merge back into a
+    block as large as the next request. A DRAM-sized output then took fresh pages from the kernel in
+    most calls and faulted in all 49,152 of them (ru_minflt), 3x-18x a copy_; with the cache off
+    there were none from the third call on. ORT rows get it too: the same allocator for every row.
+    """
+    tunables = [t for t in os.environ.get("GLIBC_TUNABLES", "").split(":") if t]
+    if NO_THREAD_CACHE not in tunables:
+        tunables.append(NO_THREAD_CACHE)
+    return dict(os.environ, PYTHONPATH=str(repo) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+                GLIBC_TUNABLES=":".join(tunables))
+
+
 def keep_freed_blocks() -> None:
     """Timing processes of PyTorch rows: freed blocks stay in the heap for the next call.
 
     By default glibc's dynamic mmap threshold decides, from the history of each process, whether a
     block of this size comes from the heap or as fresh pages that every call page-faults in again
     (and the composite's temporaries with it): a variable that differs between processes. ORT rows
-    write into an arena ORT keeps; with this, PyTorch rows reuse their buffers as well, though not in
-    every process at DRAM sizes (the extension's DRAM-sized target against copy_ measured 3x-31x
-    across processes).
+    write into an arena ORT keeps; with this (and timing_child_env's tunable), PyTorch rows reuse
+    their buffers as well.
     """
     import ctypes
 

@@ -19,7 +19,7 @@ from .cpu_summary import SHORT
 from .rows import timing_figures
 
 # What bench.measure.keep_freed_blocks does to the PyTorch rows' timing processes.
-TORCH_ALLOCATION = ("glibc malloc keeps freed blocks (no mmap, no trim), as a caching allocator would: each call "
+TORCH_ALLOCATION = ("glibc malloc keeps freed blocks (no mmap, no trim, no per-thread cache), as a caching allocator would: each call "
                     "reuses the previous call's buffers, like ORT's arena")
 
 RESULTS = Path(__file__).resolve().parent.parent / "results"

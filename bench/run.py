@@ -24,6 +24,7 @@ from lab import matrix, provenance
 from lab.files import write_csv_atomic
 
 from .rows import COLUMNS, copy_models, derive, file_sha256, ort_row_specs, record, samples_of, timing_figures  # noqa: F401 (COLUMNS: imported from here elsewhere)
+from .measure import timing_child_env
 from .rows import write as write_rows
 from .workloads import GPU_ONLY_WORKLOADS, WORKLOADS
 
@@ -68,7 +69,7 @@ def export_models(args, opsets: list[int], out: Path) -> dict:
 
 
 def run_child(module: str, spec: dict) -> dict:
-    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = timing_child_env(REPO)
     result = subprocess.run([sys.executable, "-m", module, json.dumps(spec)], capture_output=True, text=True,
                             timeout=ROW_TIMEOUT_S, env=env, cwd=REPO)
     if result.returncode != 0:

@@ -23,6 +23,7 @@ import sys
 import time
 from pathlib import Path
 
+from .measure import timing_child_env
 from .workloads import WORKLOADS
 
 REPO = Path(__file__).resolve().parent.parent
@@ -196,7 +197,7 @@ def measure_targets(args, models: dict, plugin: str, rows: list[dict], facts: di
     processes = getattr(args, "target_processes", 3)
     print(f"[bench] paired target ratios ({args.pairs} alternating pairs each in {processes} processes, opset "
           f"{opset}, ORT sessions sharing one thread pool):", flush=True)
-    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = timing_child_env(REPO)
     per_process = []
     for number in range(1, processes + 1):
         started = time.perf_counter()
