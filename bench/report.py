@@ -212,9 +212,7 @@ def sampled_summary(entry_dir: Path, rows: list[dict], groups: dict, sweep: list
              "(1.00 = as fast as that copy).", "",
              "Reading the PyTorch rows: they allocate their output on every call, and the composite two more "
              f"temporaries of the same size. In their timing processes {TORCH_ALLOCATION}; copy_ into a "
-             "preallocated tensor allocates nothing. On a DRAM-sized tensor some processes still fault a fresh "
-             "output in on every call (the targets' DRAM rows and their intervals show it). ORT rows write into "
-             "their arena, which ORT keeps. The paired ratios under Targets compare rows side by side in warm "
+             "preallocated tensor allocates nothing. ORT rows write into their arena, which ORT keeps. The paired ratios under Targets compare rows side by side in warm "
              "processes.", "",
              "![latency](latency.png)", "", "![memory](memory.png)", ""]
     labels = ALL_ROWS
@@ -225,12 +223,25 @@ def sampled_summary(entry_dir: Path, rows: list[dict], groups: dict, sweep: list
         lines += [f"## {title}, {wrows[0]['shape']}, beta {wrows[0]['beta']} ({runs})", ""]
         lines += cpu_summary.workload_lines(wrows, groups, labels, SHORT) + [""]
     if sweep:
-        lines += cpu_summary.sweep_lines(sweep) + ["![sweep](sweep.png)", ""]
+        heading, *rest = cpu_summary.sweep_lines(sweep)
+        lines += [heading, *_other_run_note(sweep, rows), *rest, "![sweep](sweep.png)", ""]
     shares = [r for r in rows if _f(r.get("custom_node_share"))]
     if shares:
         lines += ["## Profile", ""] + [f"- {r['workload']} opset {r['opset']}: the myops::Swish node takes "
                                        f"{float(r['custom_node_share']) * 100:.1f} % of the session's run time" for r in shares] + [""]
-    return "\n".join(lines + _targets_table(targets))
+    heading, *rest = _targets_table(targets) or [None]
+    return "\n".join(lines + ([heading, *_other_run_note(targets, rows), *rest] if heading else []))
+
+
+def _other_run_note(section: list[dict], rows: list[dict]) -> list[str]:
+    """A note under a section measured in another run than the rows (a later run passed --no-sweep or
+    --no-targets and left this one's CSV in place)."""
+    stamps = {r.get("timestamp") for r in section}
+    if stamps <= {r.get("timestamp") for r in rows}:
+        return []
+    sha = (section[0].get("git_sha") or "")[:12]
+    return ["", f"_Measured in another run than the rows above ({max(s or '' for s in stamps)}, git {sha}): the rows' "
+            "run skipped this part, so it may not match them._"]
 
 
 def summary(entry_dir: Path, rows: list[dict], targets: list[dict]) -> str:
