@@ -23,6 +23,7 @@ nox.options.sessions = ["tests"]
 # Sessions run on the Python that runs nox (any the cpu entry's wheels serve); an entry's own
 # `python` pin governs its images, never the host.
 TOOLS = REPO / "requirements" / "tools.txt"
+COMPARE = REPO / "requirements" / "compare.txt"
 
 
 def _parse(session: nox.Session, parser: argparse.ArgumentParser) -> argparse.Namespace:
@@ -200,6 +201,7 @@ def tests(session: nox.Session) -> None:
     """Build for the cpu entry and run the test suite (pytest options after --)."""
     entry = _entry(session, matrix.DEFAULT_ENTRY)
     _install(session, entry)
+    session.install("-r", str(COMPARE))
     _build(session)
     # pytest options after --; test files or directories given there replace the whole suite
     chosen = [a for a in session.posargs if a.startswith("tests")]
@@ -374,6 +376,7 @@ def compare(session: nox.Session) -> None:
         _build(session)
     else:
         session.install("-r", str(TOOLS))
+    session.install("-r", str(COMPARE))
     session.run("python", "-m", "bench.compare", *session.posargs, env={"PYTHONPATH": str(REPO)})
 
 

@@ -205,6 +205,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="also write the comparison as JSON")
     parser.add_argument("--results", type=Path, default=REPO / "results", help="where --same-build writes its CSV")
     args = parser.parse_args(argv)
+    try:
+        import scipy  # noqa: F401 (bench.stats.change takes Welch's interval from it)
+    except ImportError:
+        print("error: compare needs scipy: run it as `nox -s compare -- ...`, or "
+              "`pip install -r requirements/compare.txt` into this environment", file=sys.stderr)
+        return 2
     if args.same_build is not None:
         return same_build(args.same_build, args.entry, bench_args, args.threshold, REPO / "build" / "compare-noise",
                           args.results)

@@ -7,8 +7,8 @@ with replacement, then runs with replacement within each drawn process, and take
 the pool; it gives each row's interval in the tables. scipy.stats.bootstrap resamples observations
 as if independent, which would give intervals too narrow by the process-to-process spread. Two
 runs are compared (`change`) with processes as the units instead: with 3 processes a side the
-bootstrap's interval is too narrow for a test. numpy only: the infer image and the train image
-both have it.
+bootstrap's interval is too narrow for a test. numpy for the rest: the infer image and the train
+image both have it; `change` takes Welch's interval from scipy, which only the compare session installs.
 """
 from __future__ import annotations
 
@@ -69,20 +69,6 @@ def summarise(samples_by_process: list, confidence: float = CONFIDENCE) -> Summa
     return Summary(median, float(low), float(high), len(groups), len(pooled), spread)
 
 
-# Student's t, two-sided 95% (the 0.975 quantile), by degrees of freedom: standard table values.
-_T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
-         2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
-         2.045, 2.042]
-
-
-def t975(df: float) -> float:
-    """The 0.975 quantile of Student's t; a fractional df is rounded down (the wider interval)."""
-    whole = max(1, int(df))
-    if whole <= len(_T975):
-        return _T975[whole - 1]
-    return 2.021 if whole < 60 else 2.000 if whole < 120 else 1.980 if whole < 1000 else 1.960
-
-
 @dataclass(frozen=True)
 class Change:
     ratio: float      # new / base: geometric mean of the process medians' ratio
@@ -106,18 +92,17 @@ def change(base_by_process: list, new_by_process: list) -> Change:
     31 of 100. Each process's median is one observation; Welch's interval with its few degrees of
     freedom is as wide as so few processes warrant. Needs 2 processes a side.
     """
+    from scipy import stats  # only `nox -s compare` and the tests need it: requirements/compare.txt
+
     base = np.log([np.median(g) for g in _groups(base_by_process)])
     new = np.log([np.median(g) for g in _groups(new_by_process)])
     if len(base) < 2 or len(new) < 2:
         raise ValueError("a change needs 2 processes a side")
     diff = float(new.mean() - base.mean())
-    a, b = base.var(ddof=1) / len(base), new.var(ddof=1) / len(new)
-    se = float(np.sqrt(a + b))
-    if se == 0:
+    if base.var() == 0 and new.var() == 0:  # t is undefined; identical processes leave no doubt
         return Change(float(np.exp(diff)), float(np.exp(diff)), float(np.exp(diff)))
-    df = (a + b) ** 2 / ((a * a / (len(base) - 1) if a else 0.0) + (b * b / (len(new) - 1) if b else 0.0))
-    half = t975(df) * se
-    return Change(float(np.exp(diff)), float(np.exp(diff - half)), float(np.exp(diff + half)))
+    low, high = stats.ttest_ind(new, base, equal_var=False).confidence_interval(CONFIDENCE)
+    return Change(float(np.exp(diff)), float(np.exp(low)), float(np.exp(high)))
 
 
 def overlap(a: Summary, b: Summary) -> bool:

@@ -119,6 +119,16 @@ def test_unreadable_inputs_exit_2_with_what_to_do(tmp_path):
     assert "no samples.csv" in done.stderr and "nox -s bench" in done.stderr
 
 
+def test_without_scipy_it_exits_2_and_says_how_to_get_it(tmp_path):
+    rng = np.random.default_rng(7)
+    write_samples(tmp_path / "a", as_samples(runs_of(rng, 1.0, processes=3)))
+    # A None entry in sys.modules makes `import scipy` fail as in an environment without it.
+    code = ("import sys; sys.modules['scipy'] = None; from bench.compare import main; "
+            f"sys.exit(main([{str(tmp_path / 'a')!r}, {str(tmp_path / 'a')!r}]))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
+    assert done.returncode == 2 and "requirements/compare.txt" in done.stderr, done.stdout + done.stderr
+
+
 def _bench(results: Path, **env) -> None:
     small = ["--workload", "swish", "--opsets", "18", "--rounds", "3", "--runs", "40", "--no-sweep", "--no-targets",
              "--no-compile"]
