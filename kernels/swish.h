@@ -129,27 +129,26 @@ SWISH_DEFINE_SPANS(avx2, __attribute__((target("arch=x86-64-v3"))))
 #if SWISH_X86_DISPATCH
 // AVX-512 spans written with intrinsics: the same formulas as forward() and backward(), but GCC's
 // vectorisation of the scalar exp spends ~25 instructions per 16 floats, mostly on clamps and
-// selects, and the ORT custom op then lost to ORT's own QuickGelu. Here vscalefps applies 2^n
-// and saturates to 0 or inf by itself, so only one clamp is left; NaN flows through.
+// selects, and the ORT custom op then lost to ORT's own QuickGelu. Here vscalefps applies the
+// power of two and saturates to 0 or inf by itself, so no clamp is left; NaN flows through.
 // The tail is a masked vector, so every element takes the same path however a caller splits the
 // work: the extension (at::parallel_for) and the plugin (ParallelFor) stay bitwise equal.
 #define SWISH_AVX512 __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw,fma")))
 
 // 1 + 2^t. The caller folds -beta * log2(e) into one constant, so e^-(beta x) = 2^t costs one
 // product. 2^t = 2^floor(t) * 2^f with f = t - floor(t) in [0, 1): vreduceps gives f, a degree-5
-// polynomial (fitted for relative error, 9e-8) gives 2^f, and vscalefps applies 2^floor(t) from t
-// itself and saturates to 0 or inf. Against the Cody-Waite e^r of exp_f32 this drops the rounding,
-// the two-step reduction and one clamp: ~30 % fewer cycles per vector, which is what moved the op
-// from compute-bound to near the copy floor at L3 sizes. The cost is accuracy where e^z is large:
-// t is rounded once, so the error grows with |t|: about 6 ulp where |y| >= 0.1 and below 1e-6
-// relative (1e-8 absolute) for smaller outputs, against 2-4 ulp before; tests hold 1.3e-6 + 1e-6.
+// polynomial (fitted for relative error, 9e-8; 1.5e-7 evaluated in float) gives 2^f, and vscalefps
+// applies 2^floor(t) from t itself. No clamp: t = +-inf gives f = 0 and a scaling to inf or 0, a
+// huge finite t an integer, so f = 0 again and the scaling saturates, and a NaN t stays NaN. Against
+// the Cody-Waite e^r of exp_f32 this drops the rounding, the two-step reduction and the clamps: ~30 %
+// fewer cycles per vector, which moved the op from compute-bound to near the copy floor at L3 sizes.
+// The cost is accuracy where e^-(beta x) is large, since t is rounded once and the error grows with
+// |t|: about 6 ulp where |y| >= 0.1 (2-4 before), 4e-8 absolute below that, and up to 4e-6
+// relative for outputs under 1e-8; tests hold 1.3e-6 relative plus 1e-6 absolute.
 SWISH_AVX512 inline __m512 one_plus_exp2_16(__m512 t) {
   // NOTE: the maskz forms with an all-ones mask: GCC 12's unmasked ones start from an undefined
   // register and warn (-Wmaybe-uninitialized) in every file that includes this header.
   const __mmask16 all = 0xFFFF;
-  // |t| <= 216 keeps floor(t) finite (2^216 is inf and 2^-216 is 0 after the scaling); vrangeps
-  // with imm 0x02 is min(|t|, 216) with t's sign in one op, and a NaN t stays NaN.
-  t = _mm512_maskz_range_ps(all, t, _mm512_set1_ps(216.0f), 0x02);
   const __m512 f = _mm512_maskz_reduce_ps(all, t, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
   __m512 p = _mm512_set1_ps(1.8775727e-3f);
   p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(8.9893444e-3f));
@@ -163,6 +162,12 @@ SWISH_AVX512 inline __m512 one_plus_exp2_16(__m512 t) {
 // -beta * log2(e): x times it is the exponent t of e^-(beta x) = 2^t.
 SWISH_AVX512 inline __m512 exp2_factor(float beta) {
   return _mm512_set1_ps(-beta * 1.44269504088896341f);
+}
+
+// A finite beta above FLT_MAX / log2(e) makes that factor infinite (and 0 * inf a NaN where beta x
+// is 0): the scalar code handles such a beta.
+inline bool factor_overflows(float beta) {
+  return std::isinf(beta * 1.44269504088896341f) && !std::isinf(beta);
 }
 
 // x / (1 + e^-(beta x)), as forward(): x = -inf gives -inf / inf = NaN, very negative x gives -0.
@@ -194,6 +199,7 @@ inline bool loads_ahead(const void* in, const void* out) {
 }
 
 SWISH_AVX512 inline void forward_span_avx512(const float* x, float* y, int64_t n, float beta) {
+  if (factor_overflows(beta)) return forward_span_baseline(x, y, n, beta);
   const __m512 factor = exp2_factor(beta);
   const int64_t full = n - n % 16;
   int64_t i = 0;
@@ -220,6 +226,7 @@ SWISH_AVX512 inline void forward_span_avx512(const float* x, float* y, int64_t n
 
 SWISH_AVX512 inline void backward_span_avx512(const float* grad, const float* x, float* dx,
                                               int64_t n, float beta) {
+  if (factor_overflows(beta)) return backward_span_baseline(grad, x, dx, n, beta);
   const __m512 b = _mm512_set1_ps(beta);
   const __m512 factor = exp2_factor(beta);
   const int64_t full = n - n % 16;

@@ -88,3 +88,38 @@ def test_the_cap_really_switches_paths(outputs):
         pytest.skip("this CPU has no AVX-512")
     assert not same_bits(results["avx512"]["plugin"], results["baseline"]["plugin"])
     assert not same_bits(results["avx512"]["plugin"], results["avx2"]["plugin"])
+
+
+@pytest.mark.parametrize("beta", [0.0, float("nan"), float("inf"), 3e38])
+def test_odd_betas_give_what_the_scalar_path_gives(plugin_path, ext, tmp_path, beta):
+    # beta = 0 with x = +-inf, NaN beta, and a beta whose -beta*log2(e) overflows: the AVX-512 path
+    # folds beta into its exponent, and must still give the baseline path's NaNs, zeros and infinities.
+    x = np.array(EDGES + [1.0, -1.0, 1e-3, -1e-3, 1e30, -1e30], dtype=np.float32)
+    np.save(tmp_path / "x.npy", x)
+    got = {}
+    for path in ("avx512", "baseline"):
+        out = tmp_path / f"{path}.npz"
+        child = subprocess.run([sys.executable, "-c", CHILD, str(tmp_path / "x.npy"), str(plugin_path), repr(beta),
+                                str(out)], capture_output=True, text=True, cwd=REPO, timeout=600,
+                               env=dict(os.environ, MYOPS_CPU_ISA=path, PYTHONPATH=str(REPO)))
+        assert child.returncode == 0, child.stderr[-3000:]
+        got[path] = dict(np.load(out))
+    for name in ("plugin", "extension", "grad"):
+        np.testing.assert_allclose(got["avx512"][name], got["baseline"][name], rtol=1.3e-6, atol=1e-6,
+                                   equal_nan=True, err_msg=f"{name}, beta {beta}")
+
+
+def test_the_bench_picks_the_paths_the_cpu_flags_allow():
+    from bench.cpu_paths import chosen, runnable
+
+    skylake = "processor : 0\nflags : fpu sse2 avx avx2 fma avx512f avx512dq avx512bw avx512vl\n"
+    assert runnable(skylake) == ["avx512", "avx2", "baseline"]
+    assert runnable("flags : fpu sse2 avx avx2 fma avx512f\n") == ["avx2", "baseline"]  # no BW/DQ/VL: no AVX-512 path
+    assert runnable("flags : fpu sse2 avx\n") == ["baseline"]
+    assert runnable("Features : fp asimd\n") == []  # aarch64: nothing to cap
+    assert chosen(["all"], ["avx2", "baseline"]) == ["avx2", "baseline"]
+    assert chosen(["baseline", "avx2"], ["avx2", "baseline"]) == ["avx2", "baseline"]
+    with pytest.raises(ValueError, match="cannot run avx512 .*runs avx2, baseline"):
+        chosen(["avx512"], ["avx2", "baseline"])
+    with pytest.raises(ValueError, match="no CPU paths"):
+        chosen(["all"], [])
