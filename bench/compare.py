@@ -91,6 +91,8 @@ def label(key: tuple) -> str:
         parts.append(f"opset {fields['opset']}")
     if fields["workload"] == "sweep":
         parts.append(fields["shape"])
+    if fields.get("isa"):
+        parts.append(f"isa {fields['isa']}")
     return " ".join(parts)
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import defaultdict
 from pathlib import Path
 
+from .cpu_paths import PATHS
 from .rows import COPY_ROWS, KEY
 from .stats import Summary, overlap, summarise
 
@@ -82,6 +83,43 @@ def workload_lines(rows: list[dict], groups: dict, labels: list[tuple[str, str, 
         lines.append(f"| {label} | {opsets} | {_ms(summary)} | {summary.process_spread * 100:.1f} % | {peak} | {ratio} "
                      f"| {gbs:.1f} | {of_floor} | {', '.join(ties) or '-'} | {graph} |")
     return lines
+
+
+PATH_NAMES = {"avx512": "AVX-512 (intrinsics)", "avx2": "AVX2 + FMA", "baseline": "baseline x86-64"}
+
+
+def isa_lines(capped: list[dict], rows: list[dict], groups: dict) -> list[str]:
+    """Each CPU path's extension and plugin op against F.silu and ORT's QuickGelu (MLAS), same run."""
+    def find(pool, row, isa="", opset=""):
+        hit = [r for r in pool if r["workload"] == "swish" and r["row"] == row and (r.get("isa") or "") == isa
+               and (not opset or r["opset"] == opset)]
+        group = groups.get(_key(hit[0])) if hit else None
+        return summarise(group) if group else None
+
+    def versus(a, b):
+        if a is None or b is None:
+            return "-"
+        return f"{a.median / b.median:.2f}x" + (" (within noise)" if overlap(a, b) else "")
+
+    if not capped:
+        return []
+    opset = str(max(int(r["opset"]) for r in capped if r.get("opset")))
+    silu, quick_gelu = find(rows, "torch_silu"), find(rows, "ort_composite", opset=opset)
+    lines = [f"## CPU paths of the kernel (activation alone, {capped[0]['shape']})", "",
+             "Each path of kernels/swish.h measured in processes started with MYOPS_CPU_ISA capping it (`bench.run "
+             "--isa`), in the same interleaved rounds as the rows above. The ratios are of the rows' medians (separate "
+             "processes, not paired); '(within noise)' where the two intervals overlap. ORT's QuickGelu is its MLAS "
+             "kernel; F.silu is PyTorch's own vectorised one.", "",
+             f"| path | extension p50 ms [95% CI] | vs F.silu | ORT custom op, opset {opset}, p50 ms [95% CI] "
+             "| vs ORT's QuickGelu |", "|---|---|---|---|---|"]
+    paths = [("", "uncapped (the widest this CPU has)")] + [(p, PATH_NAMES[p]) for p in PATHS
+                                                           if any(r.get("isa") == p for r in capped)]
+    for isa, name in paths:
+        pool = capped if isa else rows
+        ext, ort = find(pool, "torch_extension", isa), find(pool, "ort_custom", isa, opset)
+        lines.append(f"| {name} | {_ms(ext) if ext else '-'} | {versus(ext, silu)} | {_ms(ort) if ort else '-'} "
+                     f"| {versus(ort, quick_gelu)} |")
+    return lines + [""]
 
 
 # The sweep's implementations (no BASIC level, no torch.compile), keyed by row alone.

@@ -286,6 +286,7 @@ def timing_child_env(repo: Path) -> dict:
     block as large as the next request. A DRAM-sized output then took fresh pages from the kernel in
     most calls and faulted in all 49,152 of them (ru_minflt), 3x-18x a copy_; with the cache off
     there were none from the third call on. ORT rows get it too: the same allocator for every row.
+    The memory probe a row starts inherits it; its blocks are mmapped, which the cache never holds.
     """
     tunables = [t for t in os.environ.get("GLIBC_TUNABLES", "").split(":") if t]
     if NO_THREAD_CACHE not in tunables:

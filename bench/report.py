@@ -18,7 +18,7 @@ from . import cpu_summary
 from .cpu_summary import SHORT
 from .rows import timing_figures
 
-# What bench.measure.keep_freed_blocks does to the PyTorch rows' timing processes.
+# What bench.measure.keep_freed_blocks (PyTorch rows) and timing_child_env (every timing process) do.
 TORCH_ALLOCATION = ("glibc malloc keeps freed blocks (no mmap, no trim, no per-thread cache), as a caching allocator would: each call "
                     "reuses the previous call's buffers, like ORT's arena")
 
@@ -187,7 +187,8 @@ def from_samples(rows: list[dict], groups: dict) -> None:
             r.update(timing_figures(g))
 
 
-def sampled_summary(entry_dir: Path, rows: list[dict], groups: dict, sweep: list[dict], targets: list[dict]) -> str:
+def sampled_summary(entry_dir: Path, rows: list[dict], groups: dict, sweep: list[dict], targets: list[dict],
+                    capped: list[dict] = ()) -> str:
     entry = entry_dir.name
     first = rows[0]
     per_workload = {}
@@ -222,6 +223,7 @@ def sampled_summary(entry_dir: Path, rows: list[dict], groups: dict, sweep: list
         title = WORKLOAD_TITLES.get(workload, workload)
         lines += [f"## {title}, {wrows[0]['shape']}, beta {wrows[0]['beta']} ({runs})", ""]
         lines += cpu_summary.workload_lines(wrows, groups, labels, SHORT) + [""]
+    lines += cpu_summary.isa_lines(list(capped), rows, groups)
     if sweep:
         heading, *rest = cpu_summary.sweep_lines(sweep)
         lines += [heading, *_other_run_note(sweep, rows), *rest, "![sweep](sweep.png)", ""]
@@ -234,14 +236,15 @@ def sampled_summary(entry_dir: Path, rows: list[dict], groups: dict, sweep: list
 
 
 def _other_run_note(section: list[dict], rows: list[dict]) -> list[str]:
-    """A note under a section measured in another run than the rows (a later run passed --no-sweep or
-    --no-targets and left this one's CSV in place)."""
-    stamps = {r.get("timestamp") for r in section}
-    if stamps <= {r.get("timestamp") for r in rows}:
+    """A note under a section older than the newest activation rows: a later run passed --no-sweep or
+    --no-targets (bench.csv is upserted, so other rows may still be as old as the section)."""
+    stamps = [r.get("timestamp") or "" for r in section]
+    newest_rows = max((r.get("timestamp") or "" for r in rows if r.get("workload") == "swish"), default="")
+    if not all(stamps) or not newest_rows or max(stamps) >= newest_rows:
         return []
     sha = (section[0].get("git_sha") or "")[:12]
-    return ["", f"_Measured in another run than the rows above ({max(s or '' for s in stamps)}, git {sha}): the rows' "
-            "run skipped this part, so it may not match them._"]
+    return ["", f"_Measured in an earlier run than the newest rows above ({max(stamps)}, git {sha}): that run "
+            "skipped this part, so it may not match them._"]
 
 
 def summary(entry_dir: Path, rows: list[dict], targets: list[dict]) -> str:
@@ -350,17 +353,24 @@ def main(argv: list[str] | None = None) -> int:
     all_rows = []
     for entry_dir in entry_dirs:
         rows = read_csv(entry_dir / "bench.csv")
+        # Rows capped to one CPU path (bench.run --isa) get a section of their own, not a place in the tables.
+        capped = [r for r in rows if r.get("isa")]
+        rows = [r for r in rows if not r.get("isa")]
+        if not rows:
+            print(f"[report] {entry_dir}: only rows capped to one CPU path; run `nox -s bench` for the others")
+            continue
         all_rows += rows
         targets = read_csv(entry_dir / "targets.csv")
         groups = cpu_summary.sample_groups(read_csv(entry_dir / "samples.csv"))
         sweep = read_csv(entry_dir / "sweep.csv")
         if groups:
-            from_samples(rows, groups)
+            from_samples(rows + capped, groups)
         drawn = charts(entry_dir, rows)
         if drawn and sweep:
             cpu_summary.sweep_chart(sweep, entry_dir.name, entry_dir / "sweep.png")
         sampled = groups and not any(r["execution_provider"] == "torch-cuda" for r in rows)
-        text = sampled_summary(entry_dir, rows, groups, sweep, targets) if sampled else summary(entry_dir, rows, targets)
+        text = (sampled_summary(entry_dir, rows, groups, sweep, targets, capped) if sampled
+                else summary(entry_dir, rows, targets))
         write_text_atomic(entry_dir / "summary.md", text)
         print(f"[report] {entry_dir}/summary.md" + (", latency.png, memory.png" + (", sweep.png" if sweep else "")
                                                    if drawn else

@@ -11,15 +11,16 @@ from .workloads import WORKLOADS, percentiles_ms
 
 COLUMNS = [
     "entry", "workload", "row", "dtype", "shape", "beta", "opset", "exporter", "ort_opt_level", "ort_graph_nodes",
-    "execution_provider", "tf32", "threads", "warmup", "runs", "processes", "p20_ms", "p50_ms", "p80_ms", "ci_low_ms",
+    "execution_provider", "tf32", "threads", "isa", "warmup", "runs", "processes", "p20_ms", "p50_ms", "p80_ms", "ci_low_ms",
     "ci_high_ms", "process_spread", "device_ms",
     "timing_method", "peak_mb", "memory_method",
     "bytes_moved", "gb_per_s", "fraction_of_copy", "custom_node_share", "torch", "onnx", "onnxruntime", "cuda",
     "driver", "device", "git_sha", "git_dirty", "image", "extension_sha256", "plugin_sha256", "model_sha256",
     "timestamp",
 ]
+# isa: the CPU path (MYOPS_CPU_ISA) a kernel row was capped to; empty: uncapped, the widest the CPU has.
 KEY = ["entry", "workload", "row", "dtype", "shape", "beta", "opset", "exporter", "ort_opt_level",
-       "execution_provider", "threads"]
+       "execution_provider", "threads", "isa"]
 # Copies timed like the op: the fastest of a framework's copies (same workload, provider, opset) is its floor.
 COPY_ROWS = ("torch_copy", "torch_copy_into", "ort_copy", "ort_plugin_copy")
 # The raw timings behind every row: KEY, then which process (round) and which run within it.
@@ -65,7 +66,7 @@ def record(entry: str, spec: dict, measured: dict, facts: dict) -> dict:
         "shape": "x".join(map(str, WORKLOADS[spec["workload"]].shape)), "beta": spec["beta"],
         "opset": spec.get("opset"), "exporter": spec.get("exporter"), "ort_opt_level": spec.get("ort_opt_level"),
         "ort_graph_nodes": measured["graph"], "execution_provider": measured["execution_provider"],
-        "tf32": measured.get("tf32"), "threads": spec["threads"], "warmup": spec["warmup"], "runs": spec["runs"],
+        "tf32": measured.get("tf32"), "threads": spec["threads"], "isa": spec.get("isa"), "warmup": spec["warmup"], "runs": spec["runs"],
         "processes": measured.get("processes", 1),
         "p20_ms": measured["p20_ms"], "p50_ms": measured["p50_ms"], "p80_ms": measured["p80_ms"],
         "ci_low_ms": measured.get("ci_low_ms"), "ci_high_ms": measured.get("ci_high_ms"),

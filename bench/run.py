@@ -24,6 +24,7 @@ from lab import matrix, provenance
 from lab.files import write_csv_atomic
 
 from .rows import COLUMNS, copy_models, derive, file_sha256, ort_row_specs, record, samples_of, timing_figures  # noqa: F401 (COLUMNS: imported from here elsewhere)
+from .cpu_paths import PATHS, capped_specs, chosen, runnable
 from .measure import timing_child_env
 from .rows import write as write_rows
 from .workloads import GPU_ONLY_WORKLOADS, WORKLOADS
@@ -47,7 +48,7 @@ def plan(args, opsets: list[int], models: dict, plugin: str) -> list[dict]:
         specs += [] if args.no_compile else [dict(common, row="torch_compile", rounds=1)]
         for opset in opsets:
             specs += ort_row_specs(dict(common, opset=opset, exporter=args.exporter), models[(name, opset)], plugin)
-    return specs
+    return specs + capped_specs(specs, args.isa_paths)
 
 
 def export_models(args, opsets: list[int], out: Path) -> dict:
@@ -70,6 +71,8 @@ def export_models(args, opsets: list[int], out: Path) -> dict:
 
 def run_child(module: str, spec: dict) -> dict:
     env = timing_child_env(REPO)
+    if spec.get("isa"):  # kernels/swish.h reads the cap once, when it loads
+        env["MYOPS_CPU_ISA"] = spec["isa"]
     result = subprocess.run([sys.executable, "-m", module, json.dumps(spec)], capture_output=True, text=True,
                             timeout=ROW_TIMEOUT_S, env=env, cwd=REPO)
     if result.returncode != 0:
@@ -143,8 +146,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", action="store_true",
                         help="ORT and torch profiler chrome traces under results/<entry>/traces/ (the summary "
                              "states the custom node's share of the ORT run time)")
+    parser.add_argument("--isa", nargs="+", choices=["all", *PATHS], default=[],
+                        help="also measure the extension and the plugin's op on these CPU paths (MYOPS_CPU_ISA), "
+                             "each as rows of their own: `--isa all` takes every path this CPU runs")
     parser.add_argument("--results", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
+    try:
+        args.isa_paths = chosen(args.isa, runnable()) if args.isa else []
+    except ValueError as exc:
+        parser.error(str(exc))
     if args.quick:
         args.rounds, args.runs, args.ffn_runs, args.ffn_warmup, args.pairs, args.target_processes = 2, 30, 3, 1, 30, 1
         args.no_sweep = args.no_compile = True
@@ -184,7 +194,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[bench] {len(specs)} rows x {args.rounds} rounds, each in a fresh process", flush=True)
         measured = measure_rounds(
             specs, args.rounds,
-            lambda s: f"{s['workload']:5} {s['row']:15} {s.get('ort_opt_level', ''):5} opset {s.get('opset', '-')}")
+            lambda s: f"{s['workload']:5} {s['row']:15} {s.get('ort_opt_level', ''):5} opset {s.get('opset', '-')}"
+                      + (f" isa {s['isa']}" if s.get("isa") else ""))
         rows, samples = [], []
         for spec, results in zip(specs, measured):
             rows.append(record(args.entry, spec, combine(results), facts))

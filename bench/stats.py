@@ -8,7 +8,7 @@ the pool; it gives each row's interval in the tables. scipy.stats.bootstrap resa
 as if independent, which would give intervals too narrow by the process-to-process spread. Two
 runs are compared (`change`) with processes as the units instead: with 3 processes a side the
 bootstrap's interval is too narrow for a test. numpy for the rest: the infer image and the train
-image both have it; `change` takes Welch's interval from scipy, which only the compare session installs.
+image both have it; `change` takes Welch's interval from scipy, which only the compare and tests sessions install.
 """
 from __future__ import annotations
 

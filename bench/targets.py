@@ -220,7 +220,8 @@ def measure_targets(args, models: dict, plugin: str, rows: list[dict], facts: di
                             ort_thread_pool=ORT_THREAD_POOL, note=m["note"], git_sha=facts["git_sha"],
                             timestamp=facts["timestamp"]))
     # Memory: fused rows must peak below their composite rows (fresh-process figures of this run).
-    peaks = {(r["row"], r.get("ort_opt_level") or "", r.get("opset") or ""): r["peak_mb"] for r in rows if r["workload"] == "swish"}
+    peaks = {(r["row"], r.get("ort_opt_level") or "", r.get("opset") or ""): r["peak_mb"] for r in rows
+             if r["workload"] == "swish" and not r.get("isa")}
     for name, fused, composite in (
         ("extension peak memory vs PyTorch composite", ("torch_extension", "", ""), ("torch_composite", "", "")),
         ("ORT custom op peak memory vs ORT composite (basic level)", ("ort_custom", "all", opset), ("ort_composite", "basic", opset)),

@@ -1,0 +1,49 @@
+"""The CPU paths of kernels/swish.h as benchmark rows: which the host can run, and their rows' specs.
+
+kernels/swish.h picks the widest path the CPU has when it loads, and MYOPS_CPU_ISA caps it (never
+raises it). `bench.run --isa all` measures the rows that run that code once per path, each in
+processes started with the cap; their `isa` column names it. Rows without a cap keep an empty
+`isa`: the widest path, as every user gets it.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+# MYOPS_CPU_ISA values, widest first, and the CPU flags each needs (as detect_isa() in kernels/swish.h).
+PATHS = {"avx512": ("avx512f", "avx512bw", "avx512dq", "avx512vl"), "avx2": ("avx2", "fma"), "baseline": ()}
+# The rows whose work is kernels/swish.h: the PyTorch extension and the plugin's op.
+KERNEL_ROWS = ("torch_extension", "ort_custom")
+
+
+def runnable(cpuinfo: str | None = None) -> list[str]:
+    """The paths this x86-64 host can run, widest first; [] elsewhere (there is nothing to cap)."""
+    if cpuinfo is None:
+        path = Path("/proc/cpuinfo")
+        cpuinfo = path.read_text() if path.exists() else ""
+    flags_line = next((line for line in cpuinfo.splitlines() if line.startswith("flags")), None)
+    if flags_line is None:
+        return []
+    flags = set(flags_line.split(":", 1)[1].split())
+    return [name for name, needed in PATHS.items() if set(needed) <= flags]
+
+
+def chosen(requested: list[str], available: list[str]) -> list[str]:
+    """The paths `--isa` asks for ("all": every one this host runs); ValueError with what to ask instead."""
+    if not available:
+        raise ValueError("--isa: this host has no CPU paths to choose from (MYOPS_CPU_ISA caps the x86-64 paths "
+                         "only): run without --isa")
+    if "all" in requested:
+        return available
+    missing = [p for p in requested if p not in available]
+    if missing:
+        raise ValueError(f"--isa: this CPU cannot run {', '.join(missing)} (it runs {', '.join(available)}); "
+                         "ask for those, or `--isa all`")
+    return [p for p in available if p in requested]
+
+
+def capped_specs(specs: list[dict], paths: list[str]) -> list[dict]:
+    """Copies of the activation's kernel rows, one per path; ORT's at the newest opset only."""
+    kernel = [s for s in specs if s["workload"] == "swish" and s["row"] in KERNEL_ROWS]
+    newest = max((s["opset"] for s in kernel if s.get("opset")), default=None)
+    kernel = [s for s in kernel if s.get("opset") in (None, newest)]
+    return [dict(s, isa=path) for path in paths for s in kernel]
