@@ -90,10 +90,23 @@ PATH_NAMES = {"avx512": "AVX-512 (intrinsics)", "avx2": "AVX2 + FMA", "baseline"
 
 def isa_lines(capped: list[dict], rows: list[dict], groups: dict) -> list[str]:
     """Each CPU path's extension and plugin op against F.silu and ORT's QuickGelu (MLAS), same run."""
-    def find(pool, row, isa="", opset=""):
-        hit = [r for r in pool if r["workload"] == "swish" and r["row"] == row and (r.get("isa") or "") == isa
-               and (not opset or r["opset"] == opset)]
-        group = groups.get(_key(hit[0])) if hit else None
+    if not capped:
+        return []
+    # The newest --isa run only (results are upserted: an earlier one's paths may linger), against the
+    # uncapped rows of the same workload, shape, beta and threads, from that run where it measured them.
+    stamp = max(r.get("timestamp") or "" for r in capped)
+    capped = [r for r in capped if (r.get("timestamp") or "") == stamp]
+    alike = ("entry", "workload", "dtype", "shape", "beta", "threads")
+    peers = [r for r in rows if all((r.get(k) or "") == (capped[0].get(k) or "") for k in alike)]
+    same_run = [r for r in peers if (r.get("timestamp") or "") == stamp]
+    peers = same_run or peers
+    opsets = [int(r["opset"]) for r in capped if r.get("opset")]
+    opset = str(max(opsets)) if opsets else ""
+
+    def find(pool, row, level=""):
+        hit = sorted((r for r in pool if r["row"] == row and (r.get("ort_opt_level") or "") == level
+                      and (not level or (r.get("opset") or "") == opset)), key=lambda r: r.get("timestamp") or "")
+        group = groups.get(_key(hit[-1])) if hit else None
         return summarise(group) if group else None
 
     def versus(a, b):
@@ -101,22 +114,21 @@ def isa_lines(capped: list[dict], rows: list[dict], groups: dict) -> list[str]:
             return "-"
         return f"{a.median / b.median:.2f}x" + (" (within noise)" if overlap(a, b) else "")
 
-    if not capped:
-        return []
-    opset = str(max(int(r["opset"]) for r in capped if r.get("opset")))
-    silu, quick_gelu = find(rows, "torch_silu"), find(rows, "ort_composite", opset=opset)
+    silu, quick_gelu = find(peers, "torch_silu"), find(peers, "ort_composite", "all")
+    when = ("in the same interleaved rounds as the rows above" if same_run else
+            f"in an earlier run ({stamp}) than the rows above, so the ratios mix two runs")
     lines = [f"## CPU paths of the kernel (activation alone, {capped[0]['shape']})", "",
              "Each path of kernels/swish.h measured in processes started with MYOPS_CPU_ISA capping it (`bench.run "
-             "--isa`), in the same interleaved rounds as the rows above. The ratios are of the rows' medians (separate "
-             "processes, not paired); '(within noise)' where the two intervals overlap. ORT's QuickGelu is its MLAS "
-             "kernel; F.silu is PyTorch's own vectorised one.", "",
-             f"| path | extension p50 ms [95% CI] | vs F.silu | ORT custom op, opset {opset}, p50 ms [95% CI] "
+             f"--isa`), {when}. The ratios are of the rows' medians (separate processes, not paired); '(within "
+             "noise)' where the two intervals overlap. ORT's QuickGelu is its MLAS kernel; F.silu is PyTorch's own "
+             "vectorised one.", "",
+             f"| path | extension p50 ms [95% CI] | vs F.silu | ORT custom op, opset {opset or '-'}, p50 ms [95% CI] "
              "| vs ORT's QuickGelu |", "|---|---|---|---|---|"]
     paths = [("", "uncapped (the widest this CPU has)")] + [(p, PATH_NAMES[p]) for p in PATHS
                                                            if any(r.get("isa") == p for r in capped)]
     for isa, name in paths:
-        pool = capped if isa else rows
-        ext, ort = find(pool, "torch_extension", isa), find(pool, "ort_custom", isa, opset)
+        pool = [r for r in capped if r.get("isa") == isa] if isa else peers
+        ext, ort = find(pool, "torch_extension"), find(pool, "ort_custom", "all")
         lines.append(f"| {name} | {_ms(ext) if ext else '-'} | {versus(ext, silu)} | {_ms(ort) if ort else '-'} "
                      f"| {versus(ort, quick_gelu)} |")
     return lines + [""]

@@ -155,6 +155,11 @@ def main(argv: list[str] | None = None) -> int:
         args.isa_paths = chosen(args.isa, runnable()) if args.isa else []
     except ValueError as exc:
         parser.error(str(exc))
+    if args.isa and "swish" not in args.workload:
+        parser.error("--isa measures the activation alone: add swish to --workload")
+    if os.environ.get("MYOPS_CPU_ISA"):
+        print(f"[bench] note: MYOPS_CPU_ISA={os.environ['MYOPS_CPU_ISA']} is set, so every row without --isa runs "
+              "capped to it although its isa column is empty; unset it to measure the widest path", flush=True)
     if args.quick:
         args.rounds, args.runs, args.ffn_runs, args.ffn_warmup, args.pairs, args.target_processes = 2, 30, 3, 1, 30, 1
         args.no_sweep = args.no_compile = True
@@ -190,7 +195,8 @@ def main(argv: list[str] | None = None) -> int:
             trace_dir.mkdir(parents=True, exist_ok=True)
             for spec in specs:
                 level = spec.get("ort_opt_level") or "torch"
-                spec["profile_prefix"] = str(trace_dir / f"{spec['workload']}-{spec['row']}-{level}-opset{spec.get('opset', '-')}")
+                spec["profile_prefix"] = str(trace_dir / (f"{spec['workload']}-{spec['row']}-{level}-opset{spec.get('opset', '-')}"
+                                                          + (f"-{spec['isa']}" if spec.get("isa") else "")))
         print(f"[bench] {len(specs)} rows x {args.rounds} rounds, each in a fresh process", flush=True)
         measured = measure_rounds(
             specs, args.rounds,

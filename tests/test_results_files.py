@@ -88,3 +88,34 @@ def test_report_puts_the_infer_images_gpu_rows_beside_gpu_check_rows(tmp_path):
     assert "ONNX Runtime" not in float16  # the ORT rows are float32 only
     assert "onnxruntime 1.21.0, opset 25, CUDA EP" in text and "unavailable: no NVML" in text
     assert (tmp_path / "cuda13.0" / "memory.png").stat().st_size > 0
+
+
+def _isa_row(row, isa="", threads="2", stamp="2026-12-02T08:00:00+00:00", level="", opset=""):
+    return dict(entry="cpu", workload="swish", row=row, dtype="float32", shape="8x512x768", beta="1.0", threads=threads,
+                isa=isa, timestamp=stamp, ort_opt_level=level, opset=opset, exporter="dynamo" if opset else "",
+                execution_provider="torch-cpu")
+
+
+def test_cpu_paths_table_uses_the_newest_isa_run_and_its_peers():
+    from bench.cpu_summary import _key, isa_lines
+
+    old, new = "2026-12-01T08:00:00+00:00", "2026-12-02T08:00:00+00:00"
+    rows = [_isa_row("torch_silu", threads="1", stamp=old), _isa_row("torch_silu", stamp=new),
+            _isa_row("ort_composite", stamp=new, level="all", opset="25"),
+            _isa_row("ort_composite", stamp=new, level="basic", opset="25")]
+    capped = [_isa_row("torch_extension", "avx2", stamp=new), _isa_row("ort_custom", "avx2", stamp=new, level="all",
+                                                                       opset="25"),
+              _isa_row("torch_extension", "baseline", stamp=old)]  # a path left by an earlier --isa run
+    ms = {"torch_silu": 1.0, "ort_composite": 2.0, "torch_extension": 4.0, "ort_custom": 8.0}
+    groups = {_key(r): [[ms[r["row"]] * 1e-3] * 5] * 3 for r in rows + capped}
+    groups[_key(rows[0])] = [[9e-3] * 5] * 3  # the 1-thread F.silu must not be the reference
+    groups[_key(rows[3])] = [[9e-3] * 5] * 3  # nor the BASIC level
+    text = "\n".join(isa_lines(capped, rows, groups))
+    assert "| AVX2 + FMA | 4.000 [4.000-4.000] | 4.00x | 8.000 [8.000-8.000] | 4.00x |" in text, text
+    assert "baseline" not in text and "same interleaved rounds" in text
+    # The --isa run older than the rows beside it: the table says the ratios mix two runs.
+    later = [dict(r, timestamp="2026-12-03T08:00:00+00:00") for r in rows]
+    groups.update({_key(r): groups[_key(o)] for r, o in zip(later, rows)})
+    assert "mix two runs" in "\n".join(isa_lines(capped[:2], later, groups))
+    # Capped rows without an ORT row (no opset anywhere) still give a table.
+    assert "| AVX2 + FMA | 4.000" in "\n".join(isa_lines(capped[:1], rows, groups))
