@@ -1,6 +1,6 @@
-"""Every CPU path of kernels/swish.h on this one machine: AVX-512 (intrinsics), AVX2 and baseline
-(both compiled from the scalar code). MYOPS_CPU_ISA caps the path picked at load time, so each runs
-in a process of its own; the machine CI runs on has AVX-512, so without the cap the other two
+"""Every CPU path of kernels/swish.h on this one machine: AVX-512 and AVX2 (intrinsics) and
+baseline (compiled from the scalar code). MYOPS_CPU_ISA caps the path picked at load time, so each
+runs in a process of its own; the machine CI runs on has AVX-512, so without the cap the other two
 paths would never run here although most laptops take the AVX2 one.
 """
 from __future__ import annotations
@@ -59,7 +59,7 @@ def outputs(plugin_path, ext, tmp_path_factory):
         child = subprocess.run([sys.executable, "-c", CHILD, str(work / "x.npy"), str(plugin_path), str(BETA), str(out)],
                                capture_output=True, text=True, env=env, cwd=REPO, timeout=600)
         assert child.returncode == 0, child.stderr[-3000:]
-        results[path] = dict(np.load(out))
+        results[path] = dict(np.load(out), stderr=child.stderr)
     return x, results
 
 
@@ -81,32 +81,38 @@ def test_backward_matches_float64(outputs, path):
 
 
 def test_the_cap_really_switches_paths(outputs):
-    # The AVX-512 exp is a different polynomial from the scalar one: some last bits differ. Were the
-    # cap ignored, the three runs would be identical and the tests above would test one path only.
+    # Were the cap ignored, the three runs would take one path and the tests above would test it
+    # alone. Both layers say which path they took when capped; the scalar exp's polynomial differs
+    # from the vector paths' 2^t, so the baseline's last bits differ too. (The two vector paths give
+    # the same bits: one polynomial, one rounding each.)
+    from bench.cpu_paths import runnable
+
     _, results = outputs
-    if "avx512f" not in Path("/proc/cpuinfo").read_text():
-        pytest.skip("this CPU has no AVX-512")
-    assert not same_bits(results["avx512"]["plugin"], results["baseline"]["plugin"])
-    assert not same_bits(results["avx512"]["plugin"], results["avx2"]["plugin"])
+    for path in runnable():
+        said = f"[myops] MYOPS_CPU_ISA={path}: the CPU path is {path}"
+        assert results[path]["stderr"].count(said) == 2, results[path]["stderr"][-2000:]  # extension and plugin
+    if "avx512" in runnable():
+        assert not same_bits(results["avx512"]["plugin"], results["baseline"]["plugin"])
 
 
 @pytest.mark.parametrize("beta", [0.0, float("nan"), float("inf"), 3e38])
 def test_odd_betas_give_what_the_scalar_path_gives(plugin_path, ext, tmp_path, beta):
-    # beta = 0 with x = +-inf, NaN beta, and a beta whose -beta*log2(e) overflows: the AVX-512 path
-    # folds beta into its exponent, and must still give the baseline path's NaNs, zeros and infinities.
+    # beta = 0 with x = +-inf, NaN beta, and a beta whose -beta*log2(e) overflows: the vector paths
+    # fold beta into their exponent, and must still give the baseline path's NaNs, zeros and infinities.
     x = np.array(EDGES + [1.0, -1.0, 1e-3, -1e-3, 1e30, -1e30], dtype=np.float32)
     np.save(tmp_path / "x.npy", x)
     got = {}
-    for path in ("avx512", "baseline"):
+    for path in PATHS:
         out = tmp_path / f"{path}.npz"
         child = subprocess.run([sys.executable, "-c", CHILD, str(tmp_path / "x.npy"), str(plugin_path), repr(beta),
                                 str(out)], capture_output=True, text=True, cwd=REPO, timeout=600,
                                env=dict(os.environ, MYOPS_CPU_ISA=path, PYTHONPATH=str(REPO)))
         assert child.returncode == 0, child.stderr[-3000:]
         got[path] = dict(np.load(out))
-    for name in ("plugin", "extension", "grad"):
-        np.testing.assert_allclose(got["avx512"][name], got["baseline"][name], rtol=1.3e-6, atol=1e-6,
-                                   equal_nan=True, err_msg=f"{name}, beta {beta}")
+    for path in ("avx512", "avx2"):
+        for name in ("plugin", "extension", "grad"):
+            np.testing.assert_allclose(got[path][name], got["baseline"][name], rtol=1.3e-6, atol=1e-6,
+                                       equal_nan=True, err_msg=f"{path} {name}, beta {beta}")
 
 
 def test_the_bench_picks_the_paths_the_cpu_flags_allow():
