@@ -2,8 +2,9 @@
 
 kernels/swish.h picks the widest path the CPU has when it loads, and MYOPS_CPU_ISA caps it (never
 raises it). `bench.run --isa all` measures the rows that run that code once per path, each in
-processes started with the cap; their `isa` column names it. Rows without a cap keep an empty
-`isa`: the widest path, as every user gets it.
+processes started with the cap; their `isa` column names it. Other rows keep an empty `isa`: the
+widest path, as every user gets it, unless the caller's environment sets MYOPS_CPU_ISA (bench.run
+then says so).
 """
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ COLUMNS = [
     "driver", "device", "git_sha", "git_dirty", "image", "extension_sha256", "plugin_sha256", "model_sha256",
     "timestamp",
 ]
-# isa: the CPU path (MYOPS_CPU_ISA) a kernel row was capped to; empty: uncapped, the widest the CPU has.
+# isa: the CPU path (MYOPS_CPU_ISA) bench.run --isa capped a kernel row to; empty: not capped by --isa.
 KEY = ["entry", "workload", "row", "dtype", "shape", "beta", "opset", "exporter", "ort_opt_level",
        "execution_provider", "threads", "isa"]
 # Copies timed like the op: the fastest of a framework's copies (same workload, provider, opset) is its floor.
