@@ -10,29 +10,36 @@ from __future__ import annotations
 
 from pathlib import Path
 
-# MYOPS_CPU_ISA values, widest first, and the CPU flags each needs (as detect_isa() in kernels/swish.h).
-PATHS = {"avx512": ("avx512f", "avx512bw", "avx512dq", "avx512vl"), "avx2": ("avx2", "fma"), "baseline": ()}
+# MYOPS_CPU_ISA values, widest first, and the CPU flags each needs (as detect_isa() in kernels/swish.h);
+# on aarch64 NEON is always there ("Features" in /proc/cpuinfo name it asimd).
+PATHS = {"avx512": ("avx512f", "avx512bw", "avx512dq", "avx512vl"), "avx2": ("avx2", "fma"), "neon": ("asimd",),
+         "baseline": ()}
+X86_ONLY = ("avx512", "avx2")
 # The rows whose work is kernels/swish.h: the PyTorch extension and the plugin's op.
 KERNEL_ROWS = ("torch_extension", "ort_custom")
 
 
 def runnable(cpuinfo: str | None = None) -> list[str]:
-    """The paths this x86-64 host can run, widest first; [] elsewhere (there is nothing to cap)."""
+    """The paths this host can run, widest first (x86-64: `flags`, aarch64: `Features`); [] when
+    /proc/cpuinfo names neither (there is nothing to cap)."""
     if cpuinfo is None:
         path = Path("/proc/cpuinfo")
         cpuinfo = path.read_text() if path.exists() else ""
-    flags_line = next((line for line in cpuinfo.splitlines() if line.startswith("flags")), None)
-    if flags_line is None:
+    lines = cpuinfo.splitlines()
+    x86 = next((line for line in lines if line.startswith("flags")), None)
+    arm = next((line for line in lines if line.startswith("Features")), None)
+    if x86 is None and arm is None:
         return []
-    flags = set(flags_line.split(":", 1)[1].split())
-    return [name for name, needed in PATHS.items() if set(needed) <= flags]
+    flags = set((x86 or arm).split(":", 1)[1].split())
+    names = [n for n in PATHS if n == "baseline" or (n in X86_ONLY) == (x86 is not None)]
+    return [name for name in names if set(PATHS[name]) <= flags]
 
 
 def chosen(requested: list[str], available: list[str]) -> list[str]:
     """The paths `--isa` asks for ("all": every one this host runs); ValueError with what to ask instead."""
     if not available:
-        raise ValueError("--isa: this host has no CPU paths to choose from (MYOPS_CPU_ISA caps the x86-64 paths "
-                         "only): run without --isa")
+        raise ValueError("--isa: this host has no CPU paths to choose from (/proc/cpuinfo names neither x86-64 "
+                         "flags nor aarch64 Features): run without --isa")
     if "all" in requested:
         return available
     missing = [p for p in requested if p not in available]

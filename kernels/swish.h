@@ -20,14 +20,24 @@
 
 // NOTE: the CPU span loops exist three times (AVX-512 and AVX2+FMA intrinsics; baseline x86-64
 // compiled from the scalar code) and are picked once at run time, so one binary runs everywhere
-// and still uses the widest vectors the machine has.
+// and still uses the widest vectors the machine has. On aarch64 NEON is always there: a NEON
+// intrinsics path, with the baseline left for MYOPS_CPU_ISA=baseline.
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__)
 #define SWISH_X86_DISPATCH 1
 #else
 #define SWISH_X86_DISPATCH 0
 #endif
+#if defined(__aarch64__) && defined(__ARM_NEON) && defined(__GNUC__) && !defined(__clang__) && \
+    !defined(__CUDACC__)
+#define SWISH_ARM_NEON 1
+#else
+#define SWISH_ARM_NEON 0
+#endif
 #if SWISH_X86_DISPATCH
 #include <immintrin.h>
+#endif
+#if SWISH_ARM_NEON
+#include <arm_neon.h>
 #endif
 
 // NOTE: without no-trapping-math GCC refuses to if-convert the float selects below and the loops
@@ -124,7 +134,7 @@ namespace detail {
 SWISH_DEFINE_SPANS(baseline, )
 #undef SWISH_DEFINE_SPANS
 
-#if SWISH_X86_DISPATCH
+#if SWISH_X86_DISPATCH || SWISH_ARM_NEON
 // The vector paths compute e^-(beta x) as 2^t with t = x * (-beta * log2(e)), folded into one
 // product. A finite beta above FLT_MAX / log2(e) makes that factor infinite (and 0 * inf a NaN where
 // beta x is 0): the scalar code handles such a beta.
@@ -132,7 +142,7 @@ inline bool factor_overflows(float beta) {
   return std::isinf(beta * 1.44269504088896341f) && !std::isinf(beta);
 }
 
-// 2^f on [0, 1): degree 5, fitted for relative error (9e-8; 1.5e-7 evaluated in float). Both vector
+// 2^f on [0, 1): degree 5, fitted for relative error (9e-8; 1.5e-7 evaluated in float). All vector
 // paths use it, so they give the same bits wherever 2^t is a normal float.
 #define SWISH_EXP2_POLY(FMADD, SET1, p, f)            \
   p = SET1(1.8775727e-3f);                           \
@@ -141,7 +151,9 @@ inline bool factor_overflows(float beta) {
   p = FMADD(p, f, SET1(2.4015361e-1f));              \
   p = FMADD(p, f, SET1(6.9315308e-1f));              \
   p = FMADD(p, f, SET1(9.9999994e-1f))
+#endif
 
+#if SWISH_X86_DISPATCH
 // AVX2 + FMA spans with intrinsics (GCC's vectorisation of the scalar code was 2.3x slower and lost
 // to F.silu and to ORT's QuickGelu): 8 floats a vector, 2^floor(t) built in the exponent bits.
 #define SWISH_AVX2 __attribute__((target("avx2,fma")))
@@ -311,10 +323,109 @@ SWISH_AVX512 inline void backward_span_avx512(const float* grad, const float* x,
   }
 }
 #undef SWISH_AVX512
-#undef SWISH_EXP2_POLY
 #endif
 
-enum class Isa { kBaseline, kAvx2, kAvx512 };
+#if SWISH_ARM_NEON
+// NEON spans: the AVX2 path's math, step for step and rounding for rounding, 4 floats a vector, so
+// that aarch64 gives the bits x86 gives. Two differences need care:
+// - x86 gives a NaN made from non-NaN operands (inf / inf, 0 * inf, inf - inf) the sign bit, ARM
+//   does not; an input NaN goes through both unchanged. Forward works on -x and negates the result
+//   (2 instructions a vector); backward ends in a sum, where that would flip the sign of a zero, so
+//   it sets the sign of each NaN that neither x nor grad brought (6). Where two different NaNs meet
+//   (x or grad and beta, x and grad), which comes out follows operand orders GCC picks freely, on
+//   x86 too (the AVX2 loop and its tail differ): only forward, ending in x / d, keeps x's for sure.
+// - GCC fuses backward8's last product and sum into one FMA on x86; it is written out here.
+
+// Hides a negation from GCC, which would fold it away (it does not keep NaN signs); no instruction.
+inline float32x4_t opaque(float32x4_t v) {
+  __asm__("" : "+w"(v));
+  return v;
+}
+
+inline float32x4_t fmadd4(float32x4_t a, float32x4_t b, float32x4_t c) { return vfmaq_f32(c, a, b); }
+
+// one_plus_exp2_8 for 4 floats. fmax/fmin return a NaN operand as vmaxps/vminps do here. The
+// exponent: whole * 2^23 converted in one instruction, plus 127 << 23 (a NaN converts to 0 here and
+// to INT_MIN on x86: both give the bits of 1.0, times a NaN p).
+inline float32x4_t one_plus_exp2_4(float32x4_t t) {
+  t = vminq_f32(vdupq_n_f32(128.0f), vmaxq_f32(vdupq_n_f32(-127.0f), t));
+  const float32x4_t whole = vrndmq_f32(t);
+  const float32x4_t f = vsubq_f32(t, whole);
+  float32x4_t p;
+  SWISH_EXP2_POLY(fmadd4, vdupq_n_f32, p, f);
+  const int32x4_t exponent = vaddq_s32(vcvtq_n_s32_f32(whole, 23), vdupq_n_s32(127 << 23));
+  return vfmaq_f32(vdupq_n_f32(1.0f), p, vreinterpretq_f32_s32(exponent));
+}
+
+// forward8 as -((-x) / (1 + 2^t)), t = (beta log2(e)) * -x: the same t.
+inline float32x4_t forward4(float32x4_t x, float32x4_t nfactor) {
+  const float32x4_t nx = opaque(vnegq_f32(x));
+  return vnegq_f32(opaque(vdivq_f32(nx, one_plus_exp2_4(vmulq_f32(nfactor, nx)))));
+}
+
+// backward8, then made_sign (the sign bit, or 0 for a NaN beta, whose NaN every output carries)
+// on each NaN neither x nor grad brought.
+inline float32x4_t backward4(float32x4_t grad, float32x4_t x, float32x4_t beta, float32x4_t factor,
+                             uint32x4_t made_sign) {
+  const float32x4_t one = vdupq_n_f32(1.0f);
+  const float32x4_t s = vdivq_f32(one, one_plus_exp2_4(vmulq_f32(factor, x)));
+  const float32x4_t through_sigmoid = vmulq_f32(vmulq_f32(vsubq_f32(one, s), vmulq_f32(x, grad)), s);
+  const float32x4_t dx = vfmaq_f32(vmulq_f32(s, grad), through_sigmoid, beta);
+  const float32x4_t either = vmaxq_f32(x, grad);  // NaN where x or grad is
+  const uint32x4_t made = vbicq_u32(vceqq_f32(either, either), vceqq_f32(dx, dx));
+  return vreinterpretq_f32_u32(vorrq_u32(vreinterpretq_u32_f32(dx), vandq_u32(made, made_sign)));
+}
+
+inline void forward_span_neon(const float* x, float* y, int64_t n, float beta) {
+  if (factor_overflows(beta)) return forward_span_baseline(x, y, n, beta);
+  const float32x4_t nfactor = vdupq_n_f32(beta * 1.44269504088896341f);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const float32x4_t a = vld1q_f32(x + i), b = vld1q_f32(x + i + 4);
+    vst1q_f32(y + i, forward4(a, nfactor));
+    vst1q_f32(y + i + 4, forward4(b, nfactor));
+  }
+  if (i + 4 <= n) {
+    vst1q_f32(y + i, forward4(vld1q_f32(x + i), nfactor));
+    i += 4;
+  }
+  // The tail goes through a padded vector, so every element takes the same path.
+  if (i < n) {
+    float in[4] = {}, out[4];
+    std::memcpy(in, x + i, (n - i) * sizeof(float));
+    vst1q_f32(out, forward4(vld1q_f32(in), nfactor));
+    std::memcpy(y + i, out, (n - i) * sizeof(float));
+  }
+}
+
+inline void backward_span_neon(const float* grad, const float* x, float* dx, int64_t n, float beta) {
+  if (factor_overflows(beta)) return backward_span_baseline(grad, x, dx, n, beta);
+  const float32x4_t b = vdupq_n_f32(beta);
+  const float32x4_t factor = vdupq_n_f32(-beta * 1.44269504088896341f);
+  const uint32x4_t made_sign = vdupq_n_u32(std::isnan(beta) ? 0u : 0x80000000u);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const float32x4_t g0 = vld1q_f32(grad + i), g1 = vld1q_f32(grad + i + 4);
+    const float32x4_t x0 = vld1q_f32(x + i), x1 = vld1q_f32(x + i + 4);
+    vst1q_f32(dx + i, backward4(g0, x0, b, factor, made_sign));
+    vst1q_f32(dx + i + 4, backward4(g1, x1, b, factor, made_sign));
+  }
+  if (i + 4 <= n) {
+    vst1q_f32(dx + i, backward4(vld1q_f32(grad + i), vld1q_f32(x + i), b, factor, made_sign));
+    i += 4;
+  }
+  if (i < n) {
+    float g[4] = {}, in[4] = {}, out[4];
+    std::memcpy(g, grad + i, (n - i) * sizeof(float));
+    std::memcpy(in, x + i, (n - i) * sizeof(float));
+    vst1q_f32(out, backward4(vld1q_f32(g), vld1q_f32(in), b, factor, made_sign));
+    std::memcpy(dx + i, out, (n - i) * sizeof(float));
+  }
+}
+#endif
+#undef SWISH_EXP2_POLY
+
+enum class Isa { kBaseline, kAvx2, kAvx512, kNeon };
 
 inline Isa detect_isa() {
 #if SWISH_X86_DISPATCH
@@ -324,22 +435,31 @@ inline Isa detect_isa() {
     return Isa::kAvx512;
   }
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa::kAvx2;
+#elif SWISH_ARM_NEON
+  return Isa::kNeon;  // every aarch64 CPU has NEON
 #endif
   return Isa::kBaseline;
 }
 
-// MYOPS_CPU_ISA=baseline|avx2 caps the choice (never raises it): how the tests run every path on
-// one machine, and how a user compares them.
+// MYOPS_CPU_ISA=baseline|avx2|neon caps the choice (never raises it): how the tests run every path
+// on one machine, and how a user compares them.
 inline Isa capped_isa() {
   const Isa detected = detect_isa();
   const char* cap = std::getenv("MYOPS_CPU_ISA");
   if (cap == nullptr) return detected;
   const Isa wanted = std::strcmp(cap, "baseline") == 0 ? Isa::kBaseline
                      : std::strcmp(cap, "avx2") == 0   ? Isa::kAvx2
+                     : std::strcmp(cap, "neon") == 0   ? Isa::kNeon
                                                        : Isa::kAvx512;
-  const Isa taken = wanted < detected ? wanted : detected;
+  // The other architecture's vector path (neon on x86, avx2 or avx512 on aarch64) caps nothing, as
+  // an unknown name never did; the baseline caps everywhere.
+  const bool foreign = (wanted == Isa::kNeon) != (detected == Isa::kNeon);
+  const Isa taken = wanted == Isa::kBaseline ? wanted
+                    : foreign               ? detected
+                    : wanted < detected     ? wanted
+                                            : detected;
   // Only when capped: which path runs, so a user (and the tests) can see the cap was honoured.
-  static const char* const kNames[] = {"baseline", "avx2", "avx512"};
+  static const char* const kNames[] = {"baseline", "avx2", "avx512", "neon"};
   std::fprintf(stderr, "[myops] MYOPS_CPU_ISA=%s: the CPU path is %s\n", cap,
                kNames[static_cast<int>(taken)]);
   return taken;
@@ -359,6 +479,8 @@ inline void forward_span(const float* x, float* y, int64_t n, float beta) {
     case detail::Isa::kAvx2: return detail::forward_span_avx2(x, y, n, beta);
     default: break;
   }
+#elif SWISH_ARM_NEON
+  if (detail::isa() == detail::Isa::kNeon) return detail::forward_span_neon(x, y, n, beta);
 #endif
   detail::forward_span_baseline(x, y, n, beta);
 }
@@ -370,6 +492,8 @@ inline void backward_span(const float* grad, const float* x, float* dx, int64_t 
     case detail::Isa::kAvx2: return detail::backward_span_avx2(grad, x, dx, n, beta);
     default: break;
   }
+#elif SWISH_ARM_NEON
+  if (detail::isa() == detail::Isa::kNeon) return detail::backward_span_neon(grad, x, dx, n, beta);
 #endif
   detail::backward_span_baseline(grad, x, dx, n, beta);
 }

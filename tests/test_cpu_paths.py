@@ -122,7 +122,8 @@ def test_the_bench_picks_the_paths_the_cpu_flags_allow():
     assert runnable(skylake) == ["avx512", "avx2", "baseline"]
     assert runnable("flags : fpu sse2 avx avx2 fma avx512f\n") == ["avx2", "baseline"]  # no BW/DQ/VL: no AVX-512 path
     assert runnable("flags : fpu sse2 avx\n") == ["baseline"]
-    assert runnable("Features : fp asimd\n") == []  # aarch64: nothing to cap
+    assert runnable("Features : fp asimd\n") == ["neon", "baseline"]  # aarch64
+    assert runnable("processor : 0\n") == []  # names no features: nothing to cap
     assert chosen(["all"], ["avx2", "baseline"]) == ["avx2", "baseline"]
     assert chosen(["baseline", "avx2"], ["avx2", "baseline"]) == ["avx2", "baseline"]
     with pytest.raises(ValueError, match="cannot run avx512 .*runs avx2, baseline"):
