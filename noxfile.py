@@ -109,6 +109,9 @@ def build(session: nox.Session) -> None:
                         help="use a local image as the build or runtime base (e.g. build=nvidia/cuda:12.1.1-devel-ubuntu22.04)")
     parser.add_argument("--cuda", choices=["ON", "OFF", "AUTO"], default="AUTO", help="local: CUDA kernels in the plugin")
     parser.add_argument("--no-proof", action="store_true", help="docker: skip the images' proof (lab.proof)")
+    parser.add_argument("--arch", action="append", metavar="ARCH",
+                        help="docker: infer image architectures (amd64, arm64, all; default: each one the entry lists "
+                             "that can be built here, another architecture needing qemu-user-static)")
     args = _parse(session, parser)
     entries = [*matrix.load()["entries"]] if args.entries == ["all"] else args.entries  # (`list` is a session here)
     backend = args.backend or ("docker" if docker.daemon_version() else "local")
@@ -123,7 +126,8 @@ def build(session: nox.Session) -> None:
         overrides = _base_overrides(session, args.base_image)
         try:
             matrix.entry(entry_id)
-            tags = docker.build_images(entry_id, base_overrides=overrides, log=session.log)
+            tags = docker.build_images(entry_id, base_overrides=overrides, arches=_arches(session, entry_id, args.arch),
+                                       log=session.log)
             session.log(f"{entry_id}: {tags['train']} and {tags['infer']}")
             if not args.no_proof:
                 rows = proof.prove(entry_id, base_overrides=overrides, log=session.log)
@@ -139,6 +143,22 @@ def build(session: nox.Session) -> None:
         session.error("not built or not proven here:\n" + "\n".join(f"  {k}: {v}" for k, v in failed.items()))
 
 
+def _arches(session: nox.Session, entry_id: str, asked: list[str] | None) -> tuple:
+    """--arch as given; by default the entry's architectures, less those this machine cannot emulate (said)."""
+    from lab import docker, platforms
+
+    if asked:
+        return tuple(asked)
+    chosen = []
+    for plat in platforms.infer_platforms(matrix.entry(entry_id)):
+        try:
+            docker.require_emulation(plat)
+            chosen.append(plat.docker)
+        except docker.DockerError as exc:
+            session.warn(f"{entry_id}: no {plat.docker} infer image: {exc}")
+    return tuple(chosen)
+
+
 def _tool_version(cmd: list[str]) -> str:
     import shutil
     import subprocess
@@ -152,7 +172,7 @@ def _tool_version(cmd: list[str]) -> str:
 @nox.session
 def publish(session: nox.Session) -> None:
     """Push an entry's images to --registry, or write them as a docker-save archive for `docker load`."""
-    from lab import docker
+    from lab import docker, platforms
 
     parser = argparse.ArgumentParser(prog="nox -s publish --", description=publish.__doc__)
     parser.add_argument("entry", nargs="?", default=matrix.DEFAULT_ENTRY)
@@ -163,15 +183,27 @@ def publish(session: nox.Session) -> None:
     args = _parse(session, parser)
     try:
         docker.require_daemon()
-        tags = docker.image_tags(matrix.entry(args.entry))
+        entry = matrix.entry(args.entry)
+        tags = docker.image_tags(entry)
         wanted = [tags["infer"]] if args.infer_only else [tags["train"], tags["infer"]]
         missing = [t for t in wanted if not docker.image_id(t)]
         if missing:
             session.error(f"images {missing} are not built: run `nox -s build -- {args.entry}` first")
+        # Every architecture's infer image that is built here goes along (one multi-arch tag in a registry).
+        infer = {p.docker: docker.image_tags(entry, p)["infer"] for p in platforms.infer_platforms(entry)}
+        infer = {arch: tag for arch, tag in infer.items() if tag == tags["infer"] or docker.image_id(tag)}
+        if len(infer) < len(platforms.infer_platforms(entry)):
+            session.warn(f"publishing the infer image for {', '.join(infer)} only: the others are not built here "
+                         f"(nox -s build -- {args.entry} --arch all)")
         if args.registry:
-            for remote in docker.push(wanted, args.registry, log=session.log):
+            for remote in docker.push([t for t in wanted if t != tags["infer"] or len(infer) == 1], args.registry,
+                                      log=session.log):
                 session.log(f"pushed {remote}")
+            if len(infer) > 1:
+                remote = docker.push_multiarch(infer, args.registry, log=session.log)
+                session.log(f"pushed {remote} for {', '.join(infer)}: `docker pull {remote}` on each host")
         else:
+            wanted += [tag for tag in infer.values() if tag not in wanted]
             archive = docker.save_archive(wanted, args.archive, f"{args.entry}-images", log=session.log)
             session.log(f"wrote {archive} (+ .sha256); on the host: gunzip -c {archive.name} | docker load")
     except (matrix.MatrixError, docker.DockerError) as exc:
@@ -316,13 +348,23 @@ def bench(session: nox.Session) -> None:
 
     Runs inside the entry's train image when a Docker daemon answers (--backend docker), else in a
     local virtualenv with the entry's pins; other options go to `python -m bench.run` (see --help).
+    With `--on TARGET` (repeatable) it runs the infer image's bench on those Docker hosts instead
+    (bench.fanout: `python -m bench.fanout --help`).
     """
     from lab import docker
 
     parser = argparse.ArgumentParser(add_help=False)
     parser.add_argument("--backend", choices=["docker", "local"])
-    parser.add_argument("--entry", default=matrix.DEFAULT_ENTRY)
+    parser.add_argument("--entry")
+    parser.add_argument("--on", action="append", default=[])
     args, rest = parser.parse_known_args(session.posargs)
+    if args.on:
+        if args.backend or args.entry:
+            session.error("--on runs each target's infer image: give the entry in the target (docker@cpu, "
+                          "ssh://me@box@cpu/arm64), not --entry or --backend")
+        _fan_out(session, args.on, rest)
+        return
+    args.entry = args.entry or matrix.DEFAULT_ENTRY
     entry = _entry(session, args.entry)
     backend = args.backend or ("docker" if docker.daemon_version() else "local")
     session.log(f"backend: {backend} (docker daemon: {docker.daemon_version() or 'none'})")
@@ -344,6 +386,40 @@ def bench(session: nox.Session) -> None:
         session.error(str(exc))
     if result != 0:
         session.error(f"the benchmark failed inside {tags['train']} (exit {result})")
+
+
+def _target_parts(spec: str) -> tuple[str, str, str]:
+    """(where, entry, arch) of a target such as ssh://me@box@cpu/arm64, as bench.cross_machine_diff reads it:
+    only a known entry after the last '@' is one."""
+    where, sep, suffix = spec.rpartition("@")
+    entry_id, _, arch = suffix.partition("/")
+    if not sep or entry_id not in matrix.load()["entries"]:
+        return spec, matrix.DEFAULT_ENTRY, ""
+    return where, entry_id, arch
+
+
+def _fan_out(session: nox.Session, specs: list[str], rest: list[str]) -> None:
+    """`--on TARGET ...`: the infer image's bench on each target at once (bench.fanout); the images are
+    built here first where missing, since each target's image is checked against this build."""
+    from lab import docker, platforms
+
+    session.install("-r", str(TOOLS))
+    wanted: dict = {}
+    for spec in specs:
+        _, entry_id, arch = _target_parts(spec)
+        wanted.setdefault(entry_id, {"amd64"}).add(arch or "amd64")
+    try:
+        docker.require_daemon()
+        for entry_id, arches in wanted.items():
+            entry = matrix.entry(entry_id)
+            tags = [docker.image_tags(entry, platforms.get(a))["infer"] for a in arches]
+            if not all(docker.image_id(t) for t in tags):
+                session.log(f"building {entry_id}'s images for {', '.join(sorted(arches))} first")
+                docker.build_images(entry_id, arches=tuple(sorted(arches)), log=session.log)
+    except (matrix.MatrixError, docker.DockerError, platforms.PlatformError) as exc:
+        session.error(str(exc))
+    session.run("python", "-m", "bench.fanout", *[part for spec in specs for part in ("--on", spec)], *rest,
+                env={"PYTHONPATH": str(REPO)})
 
 
 @nox.session
@@ -383,7 +459,7 @@ def compare(session: nox.Session) -> None:
 @nox.session
 def cross_machine_diff(session: nox.Session) -> None:
     """Layer 3: the same ONNX files and inputs on several targets (default: docker local) must agree."""
-    from lab import docker
+    from lab import docker, platforms
 
     specs = [a for a in session.posargs if not a.startswith("-")] or ["docker", "local"]
     _install(session, _entry(session, matrix.DEFAULT_ENTRY))
@@ -391,12 +467,15 @@ def cross_machine_diff(session: nox.Session) -> None:
     session.log("writing the artifacts every target runs (build/artifacts)")
     session.run("python", "-m", "ops.artifacts", "--out", "build/artifacts")
     for spec in specs:
-        where, _, entry_id = spec.partition("@")
-        tag = docker.image_tags(matrix.entry(entry_id or matrix.DEFAULT_ENTRY))["infer"]
+        where, entry_id, arch = _target_parts(spec)
+        try:
+            tag = docker.image_tags(matrix.entry(entry_id), platforms.get(arch or "amd64"))["infer"]
+        except (matrix.MatrixError, platforms.PlatformError) as exc:
+            session.error(f"target {spec}: {exc}")
         if where == "docker" and docker.daemon_version() and not docker.image_id(tag):
             session.log(f"{tag} is not built on the local daemon yet: building it")
             try:
-                docker.build_images(entry_id or matrix.DEFAULT_ENTRY, log=session.log)
+                docker.build_images(entry_id, arches=("amd64", arch or "amd64"), log=session.log)
             except docker.DockerError as exc:
                 session.error(str(exc))
     session.run("python", "-m", "bench.cross_machine_diff", *session.posargs)

@@ -4,7 +4,9 @@
 
 TARGET is `local` (this virtualenv), `docker` (the default daemon), `context:NAME` (a docker
 context), or a daemon address (unix://..., tcp://..., ssh://user@host); `@ENTRY` picks the matrix
-entry whose infer image runs there (default cpu), e.g. `ssh://gpu-box@cuda12.1`. Default: `docker local`.
+entry whose infer image runs there (default cpu), e.g. `ssh://gpu-box@cuda12.1`, and `@ENTRY/ARCH` its
+image for that architecture (`docker@cpu/arm64`: under emulation on an x86-64 daemon with
+qemu-user-static). Default: `docker local`.
 
 Every target gets the same artifacts (ONNX files and inputs, each checked against its sha256
 before anything runs) and runs the torch-free `dump`; the first target is the reference. Per
@@ -43,6 +45,7 @@ class Target:
     kind: str          # local | docker
     host: str | None   # daemon address or context:NAME; None = default daemon
     entry: str
+    arch: str | None = None  # the infer image's architecture (amd64, arm64); None: the plain tag's
 
     @property
     def label(self) -> str:
@@ -52,17 +55,30 @@ class Target:
 def parse_target(spec: str) -> Target:
     from lab import matrix
 
-    # ssh://user@host has an '@' of its own: only a known entry id after the last '@' is an entry.
+    from lab import platforms
+
+    # ssh://user@host has an '@' of its own: only a known entry id (and /ARCH) after the last '@' is one.
     where, sep, suffix = spec.rpartition("@")
-    if not sep or suffix not in matrix.load()["entries"]:
-        where, suffix = spec, matrix.DEFAULT_ENTRY
-    entry = suffix
+    entry, _, arch = suffix.partition("/")
+    if not sep or entry not in matrix.load()["entries"]:
+        where, entry, arch = spec, matrix.DEFAULT_ENTRY, ""
+    if arch:
+        try:
+            declared = [p.docker for p in platforms.infer_platforms(matrix.entry(entry))]
+            arch = platforms.get(arch).docker
+        except platforms.PlatformError as exc:
+            raise ValueError(f"target {spec!r}: {exc}") from None
+        if arch not in declared:
+            raise ValueError(f"target {spec!r}: entry '{entry}' has no {arch} infer image (matrix.yaml: "
+                             f"infer_platforms {', '.join(declared)})")
     if where == "local":
+        if arch:
+            raise ValueError(f"target {spec!r}: `local` is this machine; an architecture goes with a Docker target")
         return Target(spec, "local", None, entry)
     if where == "docker":
-        return Target(spec, "docker", None, entry)
+        return Target(spec, "docker", None, entry, arch or None)
     if where.startswith("context:") or where.split("://")[0] in ("unix", "tcp", "ssh", "npipe"):
-        return Target(spec, "docker", where, entry)
+        return Target(spec, "docker", where, entry, arch or None)
     raise ValueError(f"target {spec!r} is none of: local, docker, context:NAME, unix://..., tcp://..., ssh://...")
 
 
@@ -96,10 +112,12 @@ def _run_docker(target: Target, artifacts: Path, out: Path, timeout: float) -> N
 
     if docker.daemon_version(target.host, timeout=min(20, left())) is None:
         raise TargetFailed(f"no Docker daemon answers at {target.host or 'the default address'}")
-    image = docker.image_tags(matrix.entry(target.entry))["infer"]
-    if not docker.image_id(image, host=target.host):
-        raise TargetFailed(f"image {image} is not on that daemon: `nox -s build -- {target.entry}` there, "
-                           f"or `nox -s publish -- {target.entry} --archive DIR` and docker load it")
+    image = infer_image(target)
+    if image is None:
+        wanted = f" for {target.arch}" if target.arch else ""
+        raise TargetFailed(f"no {target.entry} infer image{wanted} on that daemon: `nox -s build -- {target.entry}"
+                           f"{' --arch ' + target.arch if target.arch else ''}` there, or pull it from where "
+                           f"`nox -s publish` pushed it, or `nox -s publish -- {target.entry} --archive DIR` and docker load it")
     created = docker._docker("create", "--network", "none", image, "dump", "--artifacts", "/tmp/artifacts",
                              "--out", "/tmp/out", host=target.host, timeout=left())
     container = created.stdout.decode().strip()
@@ -114,6 +132,21 @@ def _run_docker(target: Target, artifacts: Path, out: Path, timeout: float) -> N
         raise TargetFailed(str(exc)) from exc
     finally:
         docker._docker("rm", "-f", container, host=target.host, timeout=60, check=False)
+
+
+def infer_image(target: Target) -> str | None:
+    """The target's infer image on its daemon: the plain tag (a pulled multi-arch image is there in
+    the daemon's own architecture), else, for an architecture, the tag that carries it."""
+    from lab import docker, matrix, platforms
+
+    entry = matrix.entry(target.entry)
+    plain = docker.image_tags(entry)["infer"]
+    if target.arch is None:
+        return plain if docker.image_id(plain, host=target.host) else None
+    for tag in (plain, docker.image_tags(entry, platforms.get(target.arch))["infer"]):
+        if docker.image_architecture(tag, host=target.host) == target.arch:
+            return tag
+    return None
 
 
 def run_target(target: Target, artifacts: Path, out: Path, *, timeout: float = 600, plugin: str | None = None) -> dict:

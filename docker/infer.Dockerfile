@@ -19,7 +19,9 @@ RUN sh /opt/myops-scripts/use_toolkit.sh
 ENV PATH=/usr/local/cuda/bin:$PATH CUDA_HOME=/usr/local/cuda
 COPY src/ /src/
 ARG CUDA_MODE=OFF CUDA_ARCHITECTURES=""
-RUN cmake -S /src/ort_plugin -B /build -DCMAKE_BUILD_TYPE=Release -DMYOPS_CUDA=${CUDA_MODE} \
+# Another architecture's image: the cross compiler's CMake settings (lab/docker.py fills them).
+ARG PLUGIN_CMAKE_ARGS=""
+RUN cmake -S /src/ort_plugin -B /build -DCMAKE_BUILD_TYPE=Release -DMYOPS_CUDA=${CUDA_MODE} ${PLUGIN_CMAKE_ARGS} \
         -DORT_INCLUDE_DIR="$(dirname "$(ls /src/.cache/myops-lab/ort-headers/*/include/onnxruntime_c_api.h)")" \
         ${CUDA_ARCHITECTURES:+"-DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCHITECTURES}"}
 RUN cmake --build /build -j "$(nproc)"

@@ -216,3 +216,19 @@ def base_os(image: dict) -> BaseOS | None:
         return BASE_OS.get(image["os"])
     match = re.search(r"(ubuntu\d+\.\d+)", image["tag"])
     return BASE_OS.get(match[1]) if match else None
+
+
+# Packages with wheels for Linux on aarch64 (source: PyPI's file lists; onnxruntime has had
+# manylinux aarch64 CPU wheels since 1.10, onnxruntime-gpu has none; numpy has them throughout).
+AARCH64_WHEELS = {"onnxruntime": Version("1.10"), "numpy": Version("1.19")}
+
+
+def arm64_problem(ort_package: str, ort_version: str, numpy_version: str) -> str | None:
+    """Why an infer image with these packages cannot be built for linux/arm64 (None: it can)."""
+    for name, version in ((ort_package, ort_version), ("numpy", numpy_version)):
+        first = AARCH64_WHEELS.get(name)
+        if first is None:
+            return f"{name} has no Linux aarch64 wheels on PyPI"
+        if release(version) < first:
+            return f"{name} {version} has no Linux aarch64 wheel (they start at {first})"
+    return None

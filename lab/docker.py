@@ -19,7 +19,7 @@ import threading
 import time
 from pathlib import Path
 
-from . import debian, matrix, toolkit, wheels
+from . import debian, matrix, platforms, toolkit, wheels
 from .files import write_text_atomic
 
 REPO = Path(__file__).resolve().parent.parent
@@ -32,7 +32,12 @@ BASE_RECIPES = {
     "debootstrap-build": ("bookworm", ["python3", "python3-venv", "ca-certificates", "g++", "make", "cmake", "python3-dev"]),
     "debootstrap-trixie-build": ("trixie", ["python3", "python3-venv", "ca-certificates", "g++", "make", "cmake",
                                             "python3-dev", "git"]),
+    # amd64, with Debian's cross g++: the plugin of an arm64 infer image compiles at native speed.
+    "debootstrap-build-cross-arm64": ("bookworm", ["python3", "python3-venv", "ca-certificates", "g++", "make", "cmake",
+                                                   "python3-dev", "g++-aarch64-linux-gnu"]),
 }
+# The build base of each non-primary platform's infer image (the plugin is cross-compiled in it).
+CROSS_BUILD_BASES = {"arm64": {"tag": "myops-lab/bookworm-build-cross-arm64:1", "recipe": "debootstrap-build-cross-arm64"}}
 
 
 class DockerError(RuntimeError):
@@ -93,43 +98,86 @@ def image_id(tag: str, host: str | None = None) -> str | None:
     return result.stdout.decode().strip() if result.returncode == 0 else None
 
 
-def make_base_image(recipe: str, tag: str, *, log=print) -> None:
-    """debootstrap a minimal Debian of the recipe's suite with its packages and import it as `tag`."""
+def image_architecture(tag: str, host: str | None = None) -> str | None:
+    """Docker's name of the image's architecture (amd64, arm64); None when the image is absent."""
+    result = _docker("image", "inspect", "--format", "{{.Architecture}}", tag, host=host, check=False, timeout=60)
+    return result.stdout.decode().strip() or None if result.returncode == 0 else None
+
+
+def require_emulation(plat: platforms.Platform) -> None:
+    """A foreign platform's binaries must run here (lab.emulation), else a clear error."""
+    from . import emulation
+
+    why = emulation.problem(plat)
+    if why:
+        raise DockerError(f"{plat.os_arch} images are made and run here under emulation, but {why}")
+
+
+def make_base_image(recipe: str, tag: str, *, plat: platforms.Platform = platforms.PRIMARY, log=print) -> None:
+    """debootstrap a minimal Debian of the recipe's suite with its packages and import it as `tag`
+    (for a foreign platform the packages' scripts run under qemu-user: minutes, not seconds)."""
     if recipe not in BASE_RECIPES:
         raise DockerError(f"unknown base image recipe {recipe!r}; known: {', '.join(BASE_RECIPES)}")
     if shutil.which("debootstrap") is None:
         raise DockerError(f"base image {tag} must be made locally but debootstrap is missing: apt-get install debootstrap")
     suite, packages = BASE_RECIPES[recipe]
-    log(f"[docker] making base image {tag} with debootstrap ({suite}: {', '.join(packages)}) ...")
+    require_emulation(plat)
+    log(f"[docker] making base image {tag} with debootstrap ({suite} {plat.docker}: {', '.join(packages)}) ...")
     try:
         mirror = debian.mirror()
     except debian.DebianError as exc:
         raise DockerError(f"base image {tag} must be made with debootstrap: {exc}") from exc
     with tempfile.TemporaryDirectory(prefix="rootfs-") as tmp:
         rootfs = Path(tmp) / "rootfs"
-        result = subprocess.run(["debootstrap", "--variant=minbase", f"--include={','.join(packages)}", suite,
-                                 str(rootfs), mirror], capture_output=True, text=True, timeout=1800)
+        result = subprocess.run(["debootstrap", f"--arch={plat.docker}", "--variant=minbase",
+                                 f"--include={','.join(packages)}", suite, str(rootfs), mirror],
+                                capture_output=True, text=True, timeout=3600)
         if result.returncode != 0:
             raise DockerError(f"debootstrap failed for {tag}: {result.stderr.strip().splitlines()[-3:]}")
         for junk in ("var/cache/apt/archives", "var/lib/apt/lists"):
             shutil.rmtree(rootfs / junk, ignore_errors=True)
-        tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
-        try:
-            imported = subprocess.run(["docker", "import", "-", tag], stdin=tar.stdout, capture_output=True, timeout=1800)
-        finally:
-            tar.stdout.close()
-            tar.wait()
-        if imported.returncode != 0:
-            raise DockerError(f"docker import of {tag} failed: {imported.stderr.decode().strip()}")
+        if plat == platforms.host():
+            _import_rootfs(rootfs, tag)
+        else:
+            _build_rootfs_image(rootfs, tag, plat)
 
 
-def ensure_base_image(role: str, spec: dict, override: str | None = None, *, log=print) -> str:
-    """The base image for `role` (build/runtime): present, made locally, or pulled; else a clear error."""
-    tag = override or spec["tag"]
+def _import_rootfs(rootfs: Path, tag: str) -> None:
+    tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
+    try:
+        imported = subprocess.run(["docker", "import", "-", tag], stdin=tar.stdout, capture_output=True, timeout=1800)
+    finally:
+        tar.stdout.close()
+        tar.wait()
+    if imported.returncode != 0:
+        raise DockerError(f"docker import of {tag} failed: {imported.stderr.decode().strip()}")
+
+
+def _build_rootfs_image(rootfs: Path, tag: str, plat: platforms.Platform) -> None:
+    """Another architecture's rootfs as an image marked with that architecture (Docker 20.10 ignores
+    `docker import --platform`; a FROM scratch build honours --platform)."""
+    context = rootfs.parent / "context"
+    context.mkdir()
+    subprocess.run(["tar", "-C", str(rootfs), "-cf", str(context / "rootfs.tar"), "."], check=True, timeout=1800)
+    (context / "Dockerfile").write_text("FROM scratch\nADD rootfs.tar /\n")
+    built = _docker("build", "--quiet", "--platform", plat.os_arch, "-t", tag, str(context), timeout=1800, check=False)
+    if built.returncode != 0:
+        raise DockerError(f"making {tag} from its rootfs failed: {built.stderr.decode(errors='replace').strip()[-500:]}")
+
+
+def ensure_base_image(role: str, spec: dict, override: str | None = None, *,
+                      plat: platforms.Platform = platforms.PRIMARY, log=print) -> str:
+    """The base image for `role` (build/runtime): present, made locally, or pulled; else a clear error.
+    A non-primary platform's own base carries the architecture in its tag."""
+    tag = override or spec["tag"] + platforms.tag_suffix(plat)
     if image_id(tag):
+        found = image_architecture(tag)
+        if found != plat.docker:
+            raise DockerError(f"base image {tag} is {found}, not {plat.docker}: remove it (docker rmi {tag}) so it is "
+                              "made again, or point --base-image at one for that architecture")
         return tag
     if not override and spec.get("recipe"):
-        make_base_image(spec["recipe"], tag, log=log)
+        make_base_image(spec["recipe"], tag, plat=plat, log=log)
         return tag
     log(f"[docker] base image {tag} is not on this daemon; pulling ...")
     result = _docker("pull", tag, check=False, timeout=600)
@@ -185,14 +233,15 @@ def _sources(dest: Path, headers) -> None:
     shutil.copytree(headers.include_dir, dest / ".cache" / "myops-lab" / "ort-headers" / headers.version / "include")
 
 
-def prepare_context(entry: dict, locks: dict, toolkit_home: Path | None, *, log=print) -> tuple[dict, str]:
-    """build/docker-context/<entry>/<kind>/ for each image: src/ (+ ORT headers), locks/, scripts/,
-    toolkit/ (the assembled CUDA toolkit; empty for a CPU entry), app/ (infer: the runner); and beside
-    it, wheels-<kind>/ with exactly the locked wheels."""
+def prepare_context(entry: dict, locks: dict, toolkit_home: Path | None, *,
+                    plat: platforms.Platform = platforms.PRIMARY, log=print) -> tuple[dict, str]:
+    """build/docker-context/<entry>[-<arch>]/<kind>/ for each image: src/ (+ ORT headers), locks/,
+    scripts/, toolkit/ (the assembled CUDA toolkit; empty for a CPU entry), app/ (infer: the runner);
+    and beside it, wheels-<kind>/ with exactly the locked wheels."""
     from ort_plugin.headers import pin_from_matrix, resolve
 
     headers = resolve(pin=pin_from_matrix(entry["id"]), log=log)
-    root = CONTEXT_ROOT / entry["id"]
+    root = CONTEXT_ROOT / f"{entry['id']}{platforms.tag_suffix(plat)}"
     if root.exists():
         shutil.rmtree(root)
     contexts = {}
@@ -208,7 +257,7 @@ def prepare_context(entry: dict, locks: dict, toolkit_home: Path | None, *, log=
         _link_or_copy(lock, context / "locks" / f"{kind}.txt")
         _, pinned = wheels.read_lock(lock)
         for p in pinned:
-            wheel = wheels.find_wheel(wheels.WHEELHOUSE / entry["id"], p.name, p.version)
+            wheel = wheels.find_wheel(wheels.wheelhouse_dir(entry, plat), p.name, p.version)
             _link_or_copy(wheel, root / f"wheels-{kind}" / wheel.name)
         if kind == "infer":
             for name in RUNNER_FILES:
@@ -219,11 +268,13 @@ def prepare_context(entry: dict, locks: dict, toolkit_home: Path | None, *, log=
 
 # ---------------------------------------------------------------- images
 
-def image_tags(entry: dict) -> dict:
+def image_tags(entry: dict, plat: platforms.Platform = platforms.PRIMARY) -> dict:
+    """The entry's local tags; a non-primary platform's infer image has the architecture appended
+    (a registry holds both under the plain tag, as one multi-arch image: see push_multiarch)."""
     torch_v = entry["torch"]["version"]
     ort_v = entry["onnxruntime"]["version"]
     return {"train": f"myops-lab/train:{entry['id']}-torch{torch_v}-ort{ort_v}",
-            "infer": f"myops-lab/infer:{entry['id']}-ort{ort_v}"}
+            "infer": f"myops-lab/infer:{entry['id']}-ort{ort_v}{platforms.tag_suffix(plat)}"}
 
 
 def _created() -> str:
@@ -306,13 +357,17 @@ def build_plan(entry: dict, base_overrides: dict | None = None) -> dict:
     return {"archs": archs, "not_built": not_built, "toolkit": toolkit_pin, "CUDA_MODE": "ON"}
 
 
-def build_images(entry_id: str, *, base_overrides: dict | None = None, log=print) -> dict:
-    """Build the entry's train and infer images; returns their tags."""
+def build_images(entry_id: str, *, base_overrides: dict | None = None, arches: tuple = ("amd64",), log=print) -> dict:
+    """Build the entry's train and infer images, and its infer image for each other architecture in
+    `arches` that matrix.yaml lists (`all`: every one); returns their tags ({'infer-arm64': ...})."""
     if (os.environ.get("DOCKER_HOST") or "unix://").split("://")[0] not in ("unix", "npipe"):
         raise DockerError(f"images are built on the local daemon (the wheels are served to it on 127.0.0.1), "
                           f"but DOCKER_HOST={os.environ['DOCKER_HOST']}: unset it to build here, then publish")
     require_daemon()
     entry = matrix.entry(entry_id)
+    foreign = infer_platforms_wanted(entry, arches)[1:]  # checked before any long build
+    for plat in foreign:
+        require_emulation(plat)
     overrides = base_overrides or {}
     bases = {role: ensure_base_image(role, entry["base_images"][role], overrides.get(role), log=log)
              for role in ("build", "runtime")}
@@ -344,7 +399,52 @@ def build_images(entry_id: str, *, base_overrides: dict | None = None, log=print
         started = time.perf_counter()
         _build(f"{kind}.Dockerfile", tags[kind], contexts[kind], args, contexts[kind].parent / f"wheels-{kind}", log=log)
         log(f"[docker] built {tags[kind]} in {time.perf_counter() - started:.0f} s")
+    for plat in foreign:
+        tags[f"infer-{plat.docker}"] = _build_foreign_infer(entry, plat, dict(common, TRAIN_IMAGE=tags["train"]),
+                                                            versions["infer"], log=log)
     return tags
+
+
+def infer_platforms_wanted(entry: dict, arches) -> list[platforms.Platform]:
+    """The entry's infer platforms that `arches` asks for, the primary always first."""
+    declared = platforms.infer_platforms(entry)
+    if arches == "all" or arches == ("all",):
+        return declared
+    try:
+        wanted = [platforms.get(a) for a in arches]
+    except platforms.PlatformError as exc:
+        raise DockerError(str(exc)) from None
+    undeclared = [p.docker for p in wanted if p not in declared]
+    if undeclared:
+        raise DockerError(f"entry '{entry['id']}' has no {', '.join(undeclared)} infer image: its infer_platforms in "
+                          f"matrix.yaml are {', '.join(p.docker for p in declared)}")
+    return [platforms.PRIMARY] + [p for p in declared[1:] if p in wanted]
+
+
+def _build_foreign_infer(entry: dict, plat: platforms.Platform, common: dict, version: str, *, log) -> str:
+    """The infer image for another architecture: its own base and locked wheels (installed under
+    qemu-user), the plugin cross-compiled on the primary platform, the same artifacts and runner."""
+    runtime = ensure_base_image("runtime", entry["base_images"]["runtime"], plat=plat, log=log)
+    cross = ensure_base_image("build", CROSS_BUILD_BASES[plat.docker], log=log)
+    try:
+        locks = wheels.wheelhouse(entry, kinds=("infer",), plat=plat, log=log)
+    except (wheels.WheelError, debian.DebianError) as exc:
+        raise DockerError(str(exc)) from exc
+    contexts, _ = prepare_context(entry, locks, None, plat=plat, log=log)
+    tag = image_tags(entry, plat)["infer"]
+    args = dict(common, BASE_BUILD=cross, BASE_RUNTIME=runtime, IMAGE=tag, VERSION=version, CREATED=_created(),
+                PLUGIN_CMAKE_ARGS=f"-DCMAKE_SYSTEM_NAME=Linux -DCMAKE_SYSTEM_PROCESSOR={plat.machine} "
+                                  f"-DCMAKE_CXX_COMPILER={plat.triplet}-g++")
+    log(f"[docker] building {tag} ({plat.os_arch}; its RUN steps under emulation) ...")
+    started = time.perf_counter()
+    _build("infer.Dockerfile", tag, contexts["infer"], args, contexts["infer"].parent / "wheels-infer", log=log)
+    found = image_architecture(tag)
+    if found != plat.docker:
+        _docker("rmi", tag, check=False)  # a wrong-architecture image must not pass for a built one
+        raise DockerError(f"{tag} was built as {found}, not {plat.docker}: its runtime base {runtime} is not "
+                          f"{plat.docker}; remove it (docker rmi {runtime}) so it is made again")
+    log(f"[docker] built {tag} in {time.perf_counter() - started:.0f} s")
+    return tag
 
 
 def run_interactive(tag: str, *args: str, volumes: dict, env: dict, host: str | None = None) -> int:
@@ -409,11 +509,12 @@ def load_archive(archive: Path, *, host: str | None = None) -> None:
         raise DockerError(f"docker load of {archive} failed")
 
 
-def push(tags: list[str], registry: str, *, host: str | None = None, log=print) -> list[str]:
-    """Tag each image under `registry` (host[:port][/path]) and push it; returns the remote names."""
+def push(tags: list[str], registry: str, *, rename: dict | None = None, host: str | None = None, log=print) -> list[str]:
+    """Tag each image under `registry` (host[:port][/path]), by the name in `rename` if it has one, and
+    push it; returns the remote names."""
     pushed = []
     for tag in tags:
-        remote = f"{registry.rstrip('/')}/{tag.split('/', 1)[-1]}"
+        remote = f"{registry.rstrip('/')}/{(rename or {}).get(tag, tag).split('/', 1)[-1]}"
         _docker("tag", tag, remote, host=host)
         log(f"[docker] pushing {remote} ...")
         try:
@@ -427,9 +528,41 @@ def push(tags: list[str], registry: str, *, host: str | None = None, log=print) 
     return pushed
 
 
-def pull(remote: str, *, host: str | None = None) -> str:
-    """What a GPU host does with a pushed image: docker pull; returns the image id."""
-    _docker("pull", remote, host=host, timeout=3600)
+def push_multiarch(images: dict, registry: str, *, host: str | None = None, log=print) -> str:
+    """One multi-arch tag in the registry for the same image built for several architectures.
+
+    images: {architecture: local tag}, the primary's tag being the plain name. Each is pushed as
+    <name>-<arch>, then a manifest list under <name> points at them: `docker pull <name>` on an arm64
+    host gets the arm64 image. Returns <name>."""
+    plain = images[platforms.PRIMARY.docker]
+    remote = f"{registry.rstrip('/')}/{plain.split('/', 1)[-1]}"
+    for arch, tag in images.items():
+        found = image_architecture(tag, host=host)
+        if found != arch:
+            raise DockerError(f"{tag} is {found or 'not built'}, not {arch}: build it (nox -s build -- ENTRY --arch {arch})")
+    parts = push(list(images.values()), registry, rename={images[platforms.PRIMARY.docker]: f"{plain}-{platforms.PRIMARY.docker}"},
+                 host=host, log=log)
+    # The CLI talks to the registry itself: plain HTTP only for one on this machine, or one the user
+    # names in MYOPS_INSECURE_REGISTRIES (as the daemon's insecure-registries).
+    server = registry.split("/")[0]
+    loopback = server.startswith(("localhost", "127.", "[::1]"))
+    insecure = ["--insecure"] if loopback or server in os.environ.get("MYOPS_INSECURE_REGISTRIES", "").split(",") else []
+    _docker("manifest", "rm", remote, host=host, check=False)  # a list left by an earlier publish
+    log(f"[docker] {remote}: one multi-arch tag for {', '.join(images)} ...")
+    try:
+        _docker("manifest", "create", *insecure, remote, *parts, host=host, timeout=600)
+        _docker("manifest", "push", *insecure, "--purge", remote, host=host, timeout=600)
+    except DockerError as exc:
+        raise DockerError(f"the per-architecture images are pushed ({', '.join(parts)}), but the multi-arch tag "
+                          f"{remote} could not be made: {exc}. A plain-HTTP registry: MYOPS_INSECURE_REGISTRIES={server}; "
+                          f"then publish again (each host can pull its -<arch> tag meanwhile)") from exc
+    return remote
+
+
+def pull(remote: str, *, host: str | None = None, arch: str | None = None, timeout: float = 3600) -> str:
+    """What a GPU host does with a pushed image: docker pull (of one architecture of a multi-arch
+    tag: the daemon's own unless `arch` says); returns the image id."""
+    _docker("pull", *(["--platform", platforms.get(arch).os_arch] if arch else []), remote, host=host, timeout=timeout)
     return image_id(remote, host=host)
 
 

@@ -56,6 +56,13 @@ def _shape_problems(name: str, entry: dict) -> list[str]:
         problems.append(_problem(name, "torch_cuda_arch_list", "a cuda entry needs target architectures"))
     if not cuda and entry["torch_cuda_arch_list"]:
         problems.append(_problem(name, "torch_cuda_arch_list", "must be empty for a cpu entry"))
+    platforms = entry.get("infer_platforms", ["amd64"])
+    if platforms[0] != "amd64":
+        problems.append(_problem(name, "infer_platforms", "amd64 comes first (the train image and the artifacts are amd64)"))
+    if "arm64" in platforms:
+        why = compat.arm64_problem(entry["onnxruntime"]["package"], entry["onnxruntime"]["version"], entry["numpy"])
+        if why:
+            problems.append(_problem(name, "infer_platforms", f"arm64: {why}; remove arm64"))
     if cuda != (entry["onnxruntime"]["package"] == "onnxruntime-gpu"):
         problems.append(_problem(name, "onnxruntime.package", "use onnxruntime-gpu exactly for cuda entries"))
     if ("CUDAExecutionProvider" in entry["execution_providers"]) != cuda:

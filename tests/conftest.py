@@ -1,6 +1,7 @@
 """Shared fixtures: the extension and the plugin are built once per test session (cached builds)."""
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -65,18 +66,16 @@ def cpu_images(daemon):
     return docker.build_images("cpu", log=lambda message: None)
 
 
-@pytest.fixture(scope="session")
-def second_daemon(daemon, tmp_path_factory):
-    """A second, independent dockerd (own socket, data root, exec root): another 'machine'."""
+@contextlib.contextmanager
+def extra_daemon(root: Path):
+    """Another independent dockerd (own socket, data root, exec root): another 'machine'."""
     import shutil
     import subprocess
-    import time
 
     from lab import docker
 
     if shutil.which("dockerd") is None:
         pytest.fail("dockerd is not installed but a daemon answers: install docker.io to run a second one")
-    root = tmp_path_factory.mktemp("dockerd-b")
     driver = subprocess.run(["docker", "info", "--format", "{{.Driver}}"], capture_output=True, text=True).stdout.strip()
     host = f"unix://{root}/docker.sock"
     log = open(root / "dockerd.log", "w")
@@ -88,7 +87,7 @@ def second_daemon(daemon, tmp_path_factory):
         deadline = time.time() + 60
         while docker.daemon_version(host, timeout=5) is None:
             if time.time() > deadline or proc.poll() is not None:
-                pytest.fail("the second dockerd did not come up: " + (root / "dockerd.log").read_text()[-2000:])
+                pytest.fail("the extra dockerd did not come up: " + (root / "dockerd.log").read_text()[-2000:])
             time.sleep(1)
         yield host
     finally:
@@ -100,6 +99,26 @@ def second_daemon(daemon, tmp_path_factory):
         log.close()
         # Its layers are gigabytes that must not pile up across runs.
         shutil.rmtree(root / "data", ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def second_daemon(daemon, tmp_path_factory):
+    with extra_daemon(tmp_path_factory.mktemp("dockerd-b")) as host:
+        yield host
+
+
+@pytest.fixture(scope="session")
+def arm64_images(cpu_images):
+    """The cpu entry's images with its linux/arm64 infer image (made and run under qemu-user here)."""
+    from lab import docker, platforms
+
+    try:
+        docker.require_emulation(platforms.get("arm64"))
+    except docker.DockerError as exc:
+        if os.environ.get("MYOPS_REQUIRE_DOCKER") == "1":
+            pytest.fail(f"{exc}; MYOPS_REQUIRE_DOCKER=1 says the arm64 tests must run here (.ci/run sets it up)")
+        pytest.skip(str(exc))
+    return docker.build_images("cpu", arches=("amd64", "arm64"), log=lambda message: None)
 
 
 @pytest.fixture(scope="session")

@@ -90,6 +90,11 @@ PLANTED = {
                      "7.0: CUDA 13 no longer targets sm_70 (its oldest is sm_75)"),
     "torch-floor": ("cuda12.1", {"torch.version": "2.2.2"}, "field 'torch.version': torch 2.2.2 lacks what ops/swish.py"),
     "no-cudnn": ("cuda12.4", {"cudnn": None}, "entry 'cuda12.4', field 'cudnn': a cuda entry must pin its cudnn"),
+    "arm64-gpu": ("cuda12.4", {"infer_platforms": ["amd64", "arm64"]},
+                  "field 'infer_platforms': arm64: onnxruntime-gpu has no Linux aarch64 wheels on PyPI; remove arm64"),
+    "arm64-old-ort": ("cpu", {"onnxruntime.version": "1.9.0"},
+                      "field 'infer_platforms': arm64: onnxruntime 1.9.0 has no Linux aarch64 wheel (they start at 1.10)"),
+    "arm64-first": ("cpu", {"infer_platforms": ["arm64", "amd64"]}, "field 'infer_platforms': amd64 comes first"),
 }
 
 

@@ -18,6 +18,24 @@ def test_manylinux_tags_follow_the_base_os_glibc():
     assert {"manylinux_2_28_x86_64", "manylinux2014_x86_64", "manylinux1_x86_64"} <= set(tags)
 
 
+def test_arm64_resolves_for_aarch64_into_a_lock_and_folder_of_its_own():
+    from lab import platforms
+
+    entry, arm64 = matrix.entry("cpu"), platforms.get("arm64")
+    args = wheels.target(entry, arm64).pip_args()
+    tags = [args[i + 1] for i, a in enumerate(args) if a == "--platform"]
+    assert tags[0] == "manylinux_2_36_aarch64" and "manylinux2014_aarch64" in tags
+    assert not any("x86_64" in t for t in tags)
+    assert wheels.lock_path(entry, "infer", arm64).name == "cpu-infer-arm64.txt"
+    assert wheels.lock_path(entry, "infer").name == "cpu-infer.txt"
+    assert wheels.wheelhouse_dir(entry, arm64) != wheels.wheelhouse_dir(entry)
+    # The committed arm64 lock was resolved for aarch64 and fits matrix.yaml.
+    lock = wheels.lock_path(entry, "infer", arm64)
+    assert "manylinux_2_36_aarch64" in lock.read_text().splitlines()[1]
+    assert wheels.lock_staleness(entry, "infer", lock, arm64) is None
+    assert wheels.lock_staleness(entry, "infer", lock) is not None  # not the amd64 one
+
+
 def test_resolution_targets_the_entry_python_not_the_host():
     entry = dict(matrix.entry("cuda12.1"), python="3.13")
     args = wheels.target(entry).pip_args()
