@@ -1097,17 +1097,16 @@ def target_status(measured: float, limit: float) -> str:
 
 
 def write_results(out: Path, entry: str, rows: list[dict], targets: list[dict]) -> None:
-    from lab.files import read_csv, upsert_csv, write_csv_atomic
+    from lab.files import upsert_csv, write_csv_atomic
 
-    from .rows import COLUMNS, KEY
+    from .rows import COLUMNS, KEY, write_aggregate
     from .targets import TARGET_COLUMNS
 
     entry_dir = out / entry
     upsert_csv(entry_dir / "bench.csv", rows, COLUMNS, KEY)
     if targets:
         write_csv_atomic(entry_dir / "targets.csv", targets, TARGET_COLUMNS)
-    every = [r for path in sorted(out.glob("*/bench.csv")) for r in read_csv(path)]
-    write_csv_atomic(out / "bench_all.csv", every, COLUMNS)
+    write_aggregate(out)
     log(f"wrote {len(rows)} rows to {entry_dir / 'bench.csv'}, {len(targets)} targets to {entry_dir / 'targets.csv'}, "
         f"and {out / 'bench_all.csv'}")
     from .report import main as report

@@ -5,6 +5,7 @@ Torch-free (the infer image writes these rows too). One row per measurement, lon
 from __future__ import annotations
 
 import hashlib
+import platform
 from pathlib import Path
 
 from .workloads import WORKLOADS, percentiles_ms
@@ -15,7 +16,7 @@ COLUMNS = [
     "ci_high_ms", "process_spread", "device_ms",
     "timing_method", "peak_mb", "memory_method",
     "bytes_moved", "gb_per_s", "fraction_of_copy", "custom_node_share", "torch", "onnx", "onnxruntime", "cuda",
-    "driver", "device", "git_sha", "git_dirty", "image", "extension_sha256", "plugin_sha256", "model_sha256",
+    "driver", "device", "arch", "host", "git_sha", "git_dirty", "image", "extension_sha256", "plugin_sha256", "model_sha256",
     "timestamp",
 ]
 # isa: the CPU path (MYOPS_CPU_ISA) bench.run --isa capped a kernel row to; empty: not capped by --isa.
@@ -77,6 +78,7 @@ def record(entry: str, spec: dict, measured: dict, facts: dict) -> dict:
         "torch": facts.get("torch"), "onnx": facts.get("onnx"), "onnxruntime": facts.get("onnxruntime"),
         "cuda": measured.get("cuda") or facts.get("torch_cuda"), "driver": facts.get("driver"),
         "device": facts.get("gpu") if measured["execution_provider"] == "CUDAExecutionProvider" else facts.get("cpu"),
+        "arch": platform.machine(), "host": facts.get("host"),
         "git_sha": facts.get("git_sha"), "git_dirty": facts.get("git_dirty"), "image": facts.get("image") or "",
         # The exact binaries and model the row ran: torch rows the extension, ORT rows their ONNX file
         # and (custom op) the plugin; reproducible builds make these comparable across machines.
@@ -144,6 +146,16 @@ def write(results: Path, entry: str, rows: list[dict], samples: list[dict] | Non
     if samples:
         upsert_csv(path.with_name("samples.csv"), samples, SAMPLE_COLUMNS, KEY)
     upsert_csv(path, rows, COLUMNS, KEY)
-    every = [r for p in sorted(Path(results).glob("*/bench.csv")) for r in read_csv(p)]
-    write_csv_atomic(Path(results) / "bench_all.csv", every, COLUMNS)
+    write_aggregate(results)
     return path
+
+
+def write_aggregate(results: Path) -> list[dict]:
+    """results/bench_all.csv: every entry's rows, and those of every host a fan-out measured
+    (results/<entry>/<host-id>/bench.csv); returns them."""
+    from lab.files import read_csv, write_csv_atomic
+
+    paths = sorted(Path(results).glob("*/bench.csv")) + sorted(Path(results).glob("*/*/bench.csv"))
+    every = [r for p in paths for r in read_csv(p)]
+    write_csv_atomic(Path(results) / "bench_all.csv", every, COLUMNS)
+    return every
