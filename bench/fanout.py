@@ -4,14 +4,16 @@
 
 TARGET is spelled as for bench.cross_machine_diff: `docker`, `context:NAME`, `unix://...`,
 `tcp://...`, `ssh://user@host`, each with `@ENTRY` or `@ENTRY/ARCH` (default: the cpu entry in the
-daemon's own architecture). Each target, in its own thread and within --timeout:
+daemon's own architecture). Every daemon is asked who it is first; then different machines run at
+once and the targets of one machine (one host name) one after another, native first, so that no run is
+timed under another's load. Each target, within --timeout:
 
 1. the entry's infer image must be on that daemon as the one built here (same image id, which is
    the digest of its config): if it is missing or another build, it is pulled from --registry or,
    without one, copied from this daemon (docker save | docker load), and checked again;
 2. `bench --out` runs in a container with no network;
 3. its rows land in results/<entry>/<host-id>/ (host-id: the daemon's host name, architecture and a
-   short hash of the daemon's id), with the `host` and `arch` columns set.
+   short hash of the daemon's id and data root), with the `host` and `arch` columns set.
 
 Then results/bench_all.csv is rewritten with every host's rows and results/across_hosts.png draws
 the four rows for every host and architecture, one panel per device. A target that fails or times out

@@ -218,8 +218,9 @@ def base_os(image: dict) -> BaseOS | None:
     return BASE_OS.get(match[1]) if match else None
 
 
-# Packages with wheels for Linux on aarch64 (source: PyPI's file lists; onnxruntime has had
-# manylinux aarch64 CPU wheels since 1.10, onnxruntime-gpu has none; numpy has them throughout).
+# The first release of each package with any Linux aarch64 wheel (source: the packages' file lists on
+# PyPI: onnxruntime's manylinux aarch64 CPU wheels start at 1.10, numpy's at 1.19; onnxruntime-gpu
+# has none). Whether one exists for the entry's own Python is what resolving its lock (lab.wheels) checks.
 AARCH64_WHEELS = {"onnxruntime": Version("1.10"), "numpy": Version("1.19")}
 
 

@@ -179,8 +179,10 @@ def ensure_base_image(role: str, spec: dict, override: str | None = None, *,
     if not override and spec.get("recipe"):
         make_base_image(spec["recipe"], tag, plat=plat, log=log)
         return tag
-    log(f"[docker] base image {tag} is not on this daemon; pulling ...")
-    result = _docker("pull", tag, check=False, timeout=600)
+    # A registry's image: another architecture's is that platform of the plain tag, kept under `tag`.
+    remote = tag if override or plat == platforms.PRIMARY else spec["tag"]
+    log(f"[docker] base image {tag} is not on this daemon; pulling {remote} ({plat.os_arch}) ...")
+    result = _docker("pull", "--platform", plat.os_arch, remote, check=False, timeout=600)
     if result.returncode != 0:
         reason = (result.stderr or b"").decode(errors="replace").strip().splitlines()[-1:] or ["no answer"]
         raise DockerError(
@@ -188,6 +190,12 @@ def ensure_base_image(role: str, spec: dict, override: str | None = None, *,
             f"Either pull it where a registry is reachable and bring it here (docker save {tag} | docker load), "
             f"or point --base-image {role}=<local image> at a compatible image you have."
         )
+    if remote != tag:
+        _docker("tag", remote, tag)
+    found = image_architecture(tag)
+    if found != plat.docker:
+        raise DockerError(f"base image {remote} was pulled as {found}, not {plat.docker}: the registry has no "
+                          f"{plat.os_arch} build of it; point --base-image {role}=<local image> at one that is")
     return tag
 
 
