@@ -253,8 +253,9 @@ def host_rows(results: Path) -> list[dict]:
 
 
 def across_hosts(results: Path) -> Path | None:
-    """results/across_hosts.png: the four rows of the activation for every host and architecture a
-    fan-out measured, one panel per device (newest opset each); emulated hosts are named, not drawn."""
+    """results/across_hosts.png: the four rows of the activation (those measured) for every host and
+    architecture a fan-out measured, one panel per device (newest opset each); emulated hosts are
+    named, not drawn."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -267,7 +268,10 @@ def across_hosts(results: Path) -> Path | None:
         return None
     devices = sorted({r["device"] for r in rows})
     fig, axes = plt.subplots(len(devices), 1, figsize=(9, 3.6 * len(devices)), squeeze=False)
-    labels = [label for label, _, _ in FOUR_ROWS]
+    # The infer image is torch-free: the rows it measures, and ORT's copy floor beside them.
+    shown = [(label, row, level) for label, row, level in FOUR_ROWS + [("copy floor, ONNX Runtime (Identity)", "ort_copy", "all")]
+             if any(r["row"] == row for r in rows)]
+    labels = [label for label, _, _ in shown]
     for ax, device in zip(axes[:, 0], devices):
         mine = [r for r in rows if r["device"] == device]
         hosts = sorted({(r["entry"], r["host"]) for r in mine})
@@ -280,7 +284,7 @@ def across_hosts(results: Path) -> Path | None:
                 continue
             opset = (_opsets(chosen) or [""])[-1]
             values = [float(r["p50_ms"]) if (r := _pick(chosen, row, level, "opset", opset)) and r["p50_ms"] else 0.0
-                      for _, row, level in FOUR_ROWS]
+                      for _, row, level in shown]
             ax.bar([x + i * width for x in range(len(labels))], values, width=width,
                    label=f"{entry} on {host} ({chosen[0]['arch']}, opset {opset})")
         ax.set_xticks([x + width * (len(hosts) - 1) / 2 for x in range(len(labels))], labels, fontsize=7, rotation=12)
