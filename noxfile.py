@@ -388,14 +388,14 @@ def bench(session: nox.Session) -> None:
         session.error(f"the benchmark failed inside {tags['train']} (exit {result})")
 
 
-def _target_parts(spec: str) -> tuple[str, str, str]:
-    """(where, entry, arch) of a target such as ssh://me@box@cpu/arm64, as bench.cross_machine_diff reads it:
-    only a known entry after the last '@' is one."""
-    where, sep, suffix = spec.rpartition("@")
-    entry_id, _, arch = suffix.partition("/")
-    if not sep or entry_id not in matrix.load()["entries"]:
-        return spec, matrix.DEFAULT_ENTRY, ""
-    return where, entry_id, arch
+def _targets(session: nox.Session, specs: list[str]) -> list:
+    """The targets as bench.cross_machine_diff reads them (entry, architecture); a bad one ends the session."""
+    from bench.cross_machine_diff import parse_target
+
+    try:
+        return [parse_target(spec) for spec in specs]
+    except ValueError as exc:
+        session.error(str(exc))
 
 
 def _fan_out(session: nox.Session, specs: list[str], rest: list[str]) -> None:
@@ -405,9 +405,8 @@ def _fan_out(session: nox.Session, specs: list[str], rest: list[str]) -> None:
 
     session.install("-r", str(TOOLS))
     wanted: dict = {}
-    for spec in specs:
-        _, entry_id, arch = _target_parts(spec)
-        wanted.setdefault(entry_id, {"amd64"}).add(arch or "amd64")
+    for target in _targets(session, specs):
+        wanted.setdefault(target.entry, {"amd64"}).add(target.arch or "amd64")
     try:
         docker.require_daemon()
         for entry_id, arches in wanted.items():
@@ -461,21 +460,21 @@ def cross_machine_diff(session: nox.Session) -> None:
     """Layer 3: the same ONNX files and inputs on several targets (default: docker local) must agree."""
     from lab import docker, platforms
 
-    specs = [a for a in session.posargs if not a.startswith("-")] or ["docker", "local"]
+    # Targets are the positional arguments; each option of bench.cross_machine_diff takes a value.
+    args = session.posargs
+    specs = [a for i, a in enumerate(args) if not a.startswith("-")
+             and not (i and args[i - 1].startswith("--") and "=" not in args[i - 1])] or ["docker", "local"]
     _install(session, _entry(session, matrix.DEFAULT_ENTRY))
     _build(session)
     session.log("writing the artifacts every target runs (build/artifacts)")
     session.run("python", "-m", "ops.artifacts", "--out", "build/artifacts")
-    for spec in specs:
-        where, entry_id, arch = _target_parts(spec)
-        try:
-            tag = docker.image_tags(matrix.entry(entry_id), platforms.get(arch or "amd64"))["infer"]
-        except (matrix.MatrixError, platforms.PlatformError) as exc:
-            session.error(f"target {spec}: {exc}")
-        if where == "docker" and docker.daemon_version() and not docker.image_id(tag):
+    for target in _targets(session, specs):
+        arch = target.arch or "amd64"
+        tag = docker.image_tags(matrix.entry(target.entry), platforms.get(arch))["infer"]
+        if target.kind == "docker" and target.host is None and docker.daemon_version() and not docker.image_id(tag):
             session.log(f"{tag} is not built on the local daemon yet: building it")
             try:
-                docker.build_images(entry_id, arches=("amd64", arch or "amd64"), log=session.log)
+                docker.build_images(target.entry, arches=("amd64", arch), log=session.log)
             except docker.DockerError as exc:
                 session.error(str(exc))
     session.run("python", "-m", "bench.cross_machine_diff", *session.posargs)

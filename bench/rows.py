@@ -140,7 +140,7 @@ def derive(rows: list[dict]) -> None:
 def write(results: Path, entry: str, rows: list[dict], samples: list[dict] | None = None) -> Path:
     """Upsert into results/<entry>/bench.csv (and the rows' raw timings into samples.csv: a key's old
     samples are replaced by its new ones) and rewrite the aggregate results/bench_all.csv (atomically)."""
-    from lab.files import read_csv, upsert_csv, write_csv_atomic
+    from lab.files import upsert_csv
 
     path = Path(results) / entry / "bench.csv"
     if samples:

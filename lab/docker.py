@@ -416,7 +416,7 @@ def build_images(entry_id: str, *, base_overrides: dict | None = None, arches: t
 def infer_platforms_wanted(entry: dict, arches) -> list[platforms.Platform]:
     """The entry's infer platforms that `arches` asks for, the primary always first."""
     declared = platforms.infer_platforms(entry)
-    if arches == "all" or arches == ("all",):
+    if "all" in arches:
         return declared
     try:
         wanted = [platforms.get(a) for a in arches]
@@ -548,8 +548,7 @@ def push_multiarch(images: dict, registry: str, *, host: str | None = None, log=
         found = image_architecture(tag, host=host)
         if found != arch:
             raise DockerError(f"{tag} is {found or 'not built'}, not {arch}: build it (nox -s build -- ENTRY --arch {arch})")
-    parts = push(list(images.values()), registry, rename={images[platforms.PRIMARY.docker]: f"{plain}-{platforms.PRIMARY.docker}"},
-                 host=host, log=log)
+    parts = push(list(images.values()), registry, rename={plain: f"{plain}-{platforms.PRIMARY.docker}"}, host=host, log=log)
     # The CLI talks to the registry itself: plain HTTP only for one on this machine, or one the user
     # names in MYOPS_INSECURE_REGISTRIES (as the daemon's insecure-registries).
     server = registry.split("/")[0]

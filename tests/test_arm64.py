@@ -136,7 +136,7 @@ def test_fanout_pulls_a_missing_image_from_the_registry_and_checks_it(arm64_imag
 
     images = {"amd64": arm64_images["infer"], "arm64": arm64_images["infer-arm64"]}
     docker.push_multiarch(images, f"{registry}/fan", log=lambda m: None)
-    results, log = tmp_path / "results", []
+    results = tmp_path / "results"
     with extra_daemon(tmp_path_factory.mktemp("dockerd-pull")) as fresh:
         status = fanout.main([f"--on={fresh}@cpu/arm64", "--registry", f"{registry}/fan", "--results", str(results),
                               "--timeout", "1200"])
