@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-# MYOPS_CPU_ISA values, widest first, and the CPU flags each needs (as detect_isa() in kernels/swish.h);
+# MYOPS_CPU_ISA values, widest first, and the CPU flags each needs (as cpu_isa::detect() in kernels/cpu_isa.h);
 # on aarch64 NEON is always there ("Features" in /proc/cpuinfo name it asimd).
 PATHS = {"avx512": ("avx512f", "avx512bw", "avx512dq", "avx512vl"), "avx2": ("avx2", "fma"), "neon": ("asimd",),
          "baseline": ()}

@@ -360,14 +360,17 @@ def direct_build_plan(arch: str | None, nvcc: str | None) -> tuple[dict[Path, li
     for path in _torch_paths(cpp_extension.include_paths, device):
         includes += ["-isystem", path]
     cxx = os.environ.get("CXX", "c++")
-    jobs = {out / "swish.o": [cxx, "-c", str(ops_build.CSRC / "swish.cpp"), "-fPIC", standard, "-O3",
-                              *defines, *openmp, *includes]}
+    found = ops_build.source_files()
+    jobs = {out / f"{source.stem}.o": [cxx, "-c", str(source), "-fPIC", standard, "-O3", *defines, *openmp, *includes]
+            for source in found["cpp"]}
     if arch:
         nvcc_flags = ["-c", standard, "-O3", "--compiler-options", "-fPIC", *defines,
                       *getattr(cpp_extension, "COMMON_NVCC_FLAGS", []), f"-gencode=arch=compute_{arch},code=sm_{arch}",
                       *includes]
-        jobs[out / "swish_cuda_op.o"] = [nvcc, str(ops_build.CSRC / "cuda" / "swish_cuda.cu"), *nvcc_flags]
-        jobs[out / "kernels_swish_cuda.o"] = [nvcc, str(ops_build.KERNELS / "swish_cuda.cu"), *nvcc_flags]
+        for source in found["cuda_ops"]:
+            jobs[out / f"{source.stem}_op.o"] = [nvcc, str(source), *nvcc_flags]
+        for source in found["cuda_kernels"]:
+            jobs[out / f"kernels_{source.stem}.o"] = [nvcc, str(source), *nvcc_flags]
     library = out / f"{ops_build.LIB_NAME}.so"
     torch_libs = [f"-L{cpp_extension.TORCH_LIB_PATH}", "-lc10", "-ltorch_cpu", "-ltorch"]
     if arch:

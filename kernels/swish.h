@@ -19,20 +19,12 @@
 #endif
 
 // NOTE: the CPU span loops exist three times (AVX-512 and AVX2+FMA intrinsics; baseline x86-64
-// compiled from the scalar code) and are picked once at run time, so one binary runs everywhere
-// and still uses the widest vectors the machine has. On aarch64 NEON is always there: a NEON
-// intrinsics path, with the baseline left for MYOPS_CPU_ISA=baseline.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__)
-#define SWISH_X86_DISPATCH 1
-#else
-#define SWISH_X86_DISPATCH 0
-#endif
-#if defined(__aarch64__) && defined(__ARM_NEON) && defined(__GNUC__) && !defined(__clang__) && \
-    !defined(__CUDACC__)
-#define SWISH_ARM_NEON 1
-#else
-#define SWISH_ARM_NEON 0
-#endif
+// compiled from the scalar code) and are picked once at run time (cpu_isa.h), so one binary runs
+// everywhere and still uses the widest vectors the machine has. On aarch64 NEON is always there: a
+// NEON intrinsics path, with the baseline left for MYOPS_CPU_ISA=baseline.
+#include "cpu_isa.h"
+#define SWISH_X86_DISPATCH MYOPS_X86_DISPATCH
+#define SWISH_ARM_NEON MYOPS_ARM_NEON
 #if SWISH_X86_DISPATCH
 #include <immintrin.h>
 #endif
@@ -156,7 +148,7 @@ inline bool factor_overflows(float beta) {
 #if SWISH_X86_DISPATCH
 // AVX2 + FMA spans with intrinsics (GCC's vectorisation of the scalar code was 2.3x slower and lost
 // to F.silu and to ORT's QuickGelu): 8 floats a vector, 2^floor(t) built in the exponent bits.
-#define SWISH_AVX2 __attribute__((target("avx2,fma")))
+#define SWISH_AVX2 MYOPS_TARGET_AVX2
 
 // 1 + 2^t. t is clamped to [-127, 128] first: 2^128 becomes inf through the exponent bits and 2^-127
 // becomes 0, as the true values round after the + 1; the constants go first so that vmaxps/vminps
@@ -225,7 +217,7 @@ SWISH_AVX2 inline void backward_span_avx2(const float* grad, const float* x, flo
 // power of two and saturates to 0 or inf by itself, so no clamp is left; NaN flows through.
 // The tail is a masked vector, so every element takes the same path however a caller splits the
 // work: the extension (at::parallel_for) and the plugin (ParallelFor) stay bitwise equal.
-#define SWISH_AVX512 __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw,fma")))
+#define SWISH_AVX512 MYOPS_TARGET_AVX512
 
 // 1 + 2^t. The caller folds -beta * log2(e) into one constant, so e^-(beta x) = 2^t costs one
 // product. 2^t = 2^floor(t) * 2^f with f = t - floor(t) in [0, 1): vreduceps gives f, a degree-5
@@ -425,50 +417,8 @@ inline void backward_span_neon(const float* grad, const float* x, float* dx, int
 #endif
 #undef SWISH_EXP2_POLY
 
-enum class Isa { kBaseline, kAvx2, kAvx512, kNeon };
-
-inline Isa detect_isa() {
-#if SWISH_X86_DISPATCH
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl")) {
-    return Isa::kAvx512;
-  }
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa::kAvx2;
-#elif SWISH_ARM_NEON
-  return Isa::kNeon;  // every aarch64 CPU has NEON
-#endif
-  return Isa::kBaseline;
-}
-
-// MYOPS_CPU_ISA=baseline|avx2|neon caps the choice (never raises it): how the tests run every path
-// on one machine, and how a user compares them.
-inline Isa capped_isa() {
-  const Isa detected = detect_isa();
-  const char* cap = std::getenv("MYOPS_CPU_ISA");
-  if (cap == nullptr) return detected;
-  const Isa wanted = std::strcmp(cap, "baseline") == 0 ? Isa::kBaseline
-                     : std::strcmp(cap, "avx2") == 0   ? Isa::kAvx2
-                     : std::strcmp(cap, "neon") == 0   ? Isa::kNeon
-                                                       : Isa::kAvx512;
-  // The other architecture's vector path (neon on x86, avx2 or avx512 on aarch64) caps nothing, as
-  // an unknown name never did; the baseline caps everywhere.
-  const bool foreign = (wanted == Isa::kNeon) != (detected == Isa::kNeon);
-  const Isa taken = wanted == Isa::kBaseline ? wanted
-                    : foreign               ? detected
-                    : wanted < detected     ? wanted
-                                            : detected;
-  // Only when capped: which path runs, so a user (and the tests) can see the cap was honoured.
-  static const char* const kNames[] = {"baseline", "avx2", "avx512", "neon"};
-  std::fprintf(stderr, "[myops] MYOPS_CPU_ISA=%s: the CPU path is %s\n", cap,
-               kNames[static_cast<int>(taken)]);
-  return taken;
-}
-
-inline Isa isa() {
-  static const Isa detected = capped_isa();
-  return detected;
-}
+using cpu_isa::Isa;
+using cpu_isa::isa;
 
 }  // namespace detail
 

@@ -203,12 +203,12 @@ def ensure_base_image(role: str, spec: dict, override: str | None = None, *,
 
 # What the images are built from: one context per image kind. The wheels are not in it: they are
 # served to the build over loopback (see _serve_wheels), so they never land in a layer.
-SOURCES = ["kernels", "ops", "ort_plugin", "lab", "bench", "tests", "matrix.yaml", "requirements"]
+SOURCES = ["kernels", "opspec", "ops", "ort_plugin", "lab", "bench", "tests", "matrix.yaml", "requirements"]
 RUNNER_FILES = ["ort_plugin/__init__.py", "ort_plugin/loader.py", "ort_plugin/runner.py", "ort_plugin/doctor.py",
                 "ort_plugin/contents.py",
                 "ort_plugin/diagnose.py", "ort_plugin/library_info.py", "ort_plugin/onnx_file.py", "lab/__init__.py",
                 "lab/compat.py", "lab/provenance.py", "lab/files.py", "bench/__init__.py", "bench/measure.py", "bench/workloads.py",
-                "bench/rows.py", "bench/nvml.py"]
+                "bench/rows.py", "bench/nvml.py", "opspec/__init__.py"]
 SCRIPTS = ["ensure_python.sh", "use_toolkit.sh", "cuda_wheel_libs.py"]
 
 

@@ -99,7 +99,7 @@ def build_all(build: Build, entry: str, cuda_architectures: str | None) -> dict[
     """{artifact name: file} of one clone's build."""
     found: dict[str, Path] = {}
     build.run("-m", "ops.build", what="PyTorch extension")
-    (extension,) = build.root.glob("build/ops/*/myops_swish.so")
+    (extension,) = build.root.glob("build/ops/*/myops.so")
     found["extension"] = extension
     plugin = build.run("-m", "ort_plugin.build", "--cuda", "OFF", what="ORT plugin, CPU").strip().splitlines()[-1]
     found["ort plugin (CPU)"] = Path(plugin)
@@ -159,7 +159,7 @@ def from_images(entry_id: str, head: str, out: Path, *, build: bool) -> tuple[di
         out / "infer" / "ort_plugin_(image)"
     for path in sorted((out / "infer" / "artifacts").iterdir()):
         found[f"artifacts/{path.name}"] = path
-    (extension,) = (out / "train" / "train-build").glob("*/myops_swish.so")
+    (extension,) = (out / "train" / "train-build").glob("*/myops.so")
     found["extension"] = extension
     return found, None
 

@@ -2,7 +2,7 @@
 
     python -m ops.artifacts --out build/artifacts [--entry cpu]
 
-For every model (swish, ffn), lowering, exporter and opset of the entry: the ONNX file; per model
+For every model (swish, ffn, rms_norm), lowering, exporter and opset of the entry: the ONNX file; per model
 one input (a fixed seed, so every machine gets the same numbers) and the PyTorch model's output on
 it. manifest.json lists every file with its sha256, so a consumer can refuse a damaged file.
 """
@@ -25,8 +25,8 @@ from . import export as E
 
 INPUT_SHAPE = (3, 7, 768)  # differs from the export shape on purpose: dynamic axes are exercised
 MANIFEST = "manifest.json"
-INPUT_SEEDS = {"swish": 101, "ffn": 202}
-BETAS = {"swish": 1.702, "ffn": 1.0}
+INPUT_SEEDS = {"swish": 101, "ffn": 202, "rms_norm": 303}
+BETAS = {"swish": 1.702, "ffn": 1.0}  # the swish models' coefficient; rms_norm uses its default eps
 
 
 def save_npz(path: Path, **arrays) -> None:
@@ -58,7 +58,7 @@ def write(out: Path, *, exporters, opsets, log=print) -> dict:
         staging.mkdir()
         manifest = {"format": 1, "torch": torch.__version__, "models": [], "files": {}}
         for model_name in E.MODELS:
-            beta = BETAS[model_name]
+            beta = BETAS.get(model_name, 1.0)
             x = torch.randn(*INPUT_SHAPE, generator=torch.Generator().manual_seed(INPUT_SEEDS[model_name]))
             with torch.no_grad():
                 y = E.build_model(model_name, beta=beta)(x)
@@ -72,7 +72,7 @@ def write(out: Path, *, exporters, opsets, log=print) -> dict:
                         result = E.export(model_name, exporter=exporter, lowering=lowering, opset=opset, beta=beta,
                                           path=staging / name)
                         log(f"[artifacts] {name}: {result.graph}")
-                        manifest["models"].append({"file": name, "model": model_name, "lowering": lowering,
+                        manifest["models"].append({"file": name, "model": model_name, "op": result.op, "lowering": lowering,
                                                    "exporter": exporter, "opset": opset, "beta": beta,
                                                    "inputs": inputs, "reference": reference})
         for path in sorted(staging.iterdir()):

@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parent.parent
 KERNELS = REPO / "kernels"
 CSRC = Path(__file__).resolve().parent / "csrc"
 BUILD_ROOT = Path(os.environ.get("MYOPS_BUILD_DIR", REPO / "build" / "ops"))
-LIB_NAME = "myops_swish"
+LIB_NAME = "myops"
 INFO_FILE = "build_info.json"
 
 
@@ -84,9 +84,10 @@ def build(verbose: bool = False) -> Path:
     build_dir = BUILD_ROOT / build_tag(facts)
     build_dir.mkdir(parents=True, exist_ok=True)
 
-    sources = [CSRC / "swish.cpp"]
+    found = source_files()
+    sources = found["cpp"]
     if with_cuda:
-        sources += [CSRC / "cuda" / "swish_cuda.cu", _kernels_unit(build_dir)]
+        sources += found["cuda_ops"] + [_kernels_unit(build_dir, kernel) for kernel in found["cuda_kernels"]]
     print(f"[ops.build] {LIB_NAME}: {'CPU+CUDA' if with_cuda else 'CPU'} build in {build_dir}", file=sys.stderr)
     started = time.perf_counter()
     lib = cpp_extension.load(
@@ -129,11 +130,22 @@ def _path_free_flags(build_dir: Path) -> list[str]:
     return [f"-ffile-prefix-map={folder}={name}" for folder, name in maps.items()]
 
 
-def _kernels_unit(build_dir: Path) -> Path:
-    """kernels/swish_cuda.cu under another name: cpp_extension names objects after the file name
-    alone, so with ops/csrc/cuda/swish_cuda.cu ninja stops at "multiple rules generate swish_cuda.cuda.o"."""
-    unit = build_dir / "kernels_swish_cuda.cu"
-    text = f'// Written by ops/build.py (_kernels_unit).\n#include "{KERNELS / "swish_cuda.cu"}"\n'
+def source_files() -> dict[str, list[Path]]:
+    """Every op's sources, found by name: ops/csrc/*.cpp (schema and CPU kernels), ops/csrc/cuda/*.cu
+    (the CUDA adapters) and kernels/*_cuda.cu (the shared CUDA kernels). A new op adds files here and
+    touches no list."""
+    return {
+        "cpp": sorted(CSRC.glob("*.cpp")),
+        "cuda_ops": sorted((CSRC / "cuda").glob("*.cu")),
+        "cuda_kernels": sorted(KERNELS.glob("*_cuda.cu")),
+    }
+
+
+def _kernels_unit(build_dir: Path, kernel: Path) -> Path:
+    """kernels/X_cuda.cu under another name: cpp_extension names objects after the file name alone,
+    so with ops/csrc/cuda/X_cuda.cu ninja stops at "multiple rules generate X_cuda.cuda.o"."""
+    unit = build_dir / f"kernels_{kernel.name}"
+    text = f'// Written by ops/build.py (_kernels_unit).\n#include "{kernel}"\n'
     if not unit.exists() or unit.read_text() != text:  # rewritten only on change: ninja goes by mtime
         unit.write_text(text)
     return unit

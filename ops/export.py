@@ -1,4 +1,5 @@
-"""Export myops::swish models to ONNX with either exporter and either lowering, then check them.
+"""Export myops models (swish, its FFN, rms_norm) to ONNX with either exporter and either lowering,
+then check them.
 
     python -m ops.export --model ffn --exporter dynamo --lowering custom --opset 18 -o out.onnx
 
@@ -7,6 +8,7 @@ Exporters:  torchscript (dynamo=False, register_custom_op_symbolic + custom_opse
 Lowerings:  custom      one myops::Swish node (float attribute beta), opset import myops:1
             decomposed  standard ops only: Mul(x, Sigmoid(beta*x)), or ONNX Swish where the opset
                         has it (>= 24) and the installed onnxruntime runs it.
+            (myops::RMSNorm's lowerings: ops/rms_norm_onnx.py.)
 Every file is checked (onnx.checker, exact activation nodes, opset imports, dynamic batch/seq
 axes) before it is moved into place; a failed check leaves no file behind.
 """
@@ -33,6 +35,8 @@ import onnx.version_converter
 import torch
 
 from . import load as load_extension
+from . import rms_norm_onnx
+from .rms_norm import rms_norm
 from .swish import swish
 
 REPO = Path(__file__).resolve().parent.parent
@@ -41,7 +45,9 @@ DOMAIN = "myops"
 DOMAIN_VERSION = 1
 EXPORTERS = ("torchscript", "dynamo")
 LOWERINGS = ("custom", "decomposed")
-MODELS = ("swish", "ffn")
+MODELS = ("swish", "ffn", "rms_norm")
+# The myops op each model holds (one each): its ONNX parts are OP_EXPORTS[op].
+MODEL_OP = {"swish": "swish", "ffn": "swish", "rms_norm": "rms_norm"}
 FIRST_STANDARD_SWISH_OPSET = 24
 # Default-domain opsets each exporter can emit with this torch (TorchScript stops at 20; the
 # dynamo exporter builds at 18 and converts with onnxscript, whose converter spans 18..its max).
@@ -84,15 +90,35 @@ class SwishFFN(torch.nn.Module):
         return self.down(self.activation(self.up(x), self.beta))
 
 
-def build_model(name: str, *, beta: float = 1.0, hidden: int = 768, seed: int = 0, activation=swish) -> torch.nn.Module:
+class RMSNormModel(torch.nn.Module):
+    """RMSNorm over the hidden axis with a learned scale (an initializer in ONNX)."""
+
+    def __init__(self, hidden: int = 768, eps: float = rms_norm_onnx.DEFAULT_EPSILON, norm=rms_norm):
+        super().__init__()
+        self.weight = torch.nn.Parameter(1.0 + 0.1 * torch.randn(hidden))
+        self.eps = eps
+        self.norm = norm
+
+    def forward(self, x):
+        return self.norm(x, self.weight, self.eps)
+
+
+def build_model(name: str, *, beta: float = 1.0, hidden: int = 768, seed: int = 0, activation=None,
+                eps: float = rms_norm_onnx.DEFAULT_EPSILON) -> torch.nn.Module:
     """Deterministic weights: the same seed gives the same model on every machine.
 
-    `activation(x, beta)` defaults to the fused op; the benchmarks swap in the composite or F.silu.
+    `activation` defaults to the model's fused op (`activation(x, beta)` for swish and ffn,
+    `activation(x, weight, eps)` for rms_norm); the benchmarks swap in the composite or F.silu.
     """
     if name not in MODELS:
         raise ExportError(f"unknown model {name!r}; choose one of {', '.join(MODELS)}")
     torch.manual_seed(seed)
-    model = SwishActivation(beta, activation) if name == "swish" else SwishFFN(hidden, 4 * hidden, beta, activation)
+    if name == "rms_norm":
+        model = RMSNormModel(hidden, eps, activation or rms_norm)
+    elif name == "swish":
+        model = SwishActivation(beta, activation or swish)
+    else:
+        model = SwishFFN(hidden, 4 * hidden, beta, activation or swish)
     return model.eval()
 
 
@@ -216,18 +242,19 @@ def available_exporters() -> list[str]:
 
 
 def _export_torchscript(model, example, path: Path, *, lowering: str, opset: int, symbolic_opset: int = 1,
-                        dynamic_axes: dict | None = None) -> None:
+                        dynamic_axes: dict | None = None, op: OpExport | None = None) -> None:
+    op = op or OP_EXPORTS["swish"]
     if not hasattr(torch.onnx, "register_custom_op_symbolic"):
         raise ExportError(f"torch {torch.__version__} has no TorchScript ONNX exporter (dynamo=False): use --exporter dynamo")
     if opset > TORCHSCRIPT_MAX_OPSET:
         raise ExportError(f"the TorchScript exporter stops at opset {TORCHSCRIPT_MAX_OPSET}; got {opset}: use --exporter dynamo")
-    name = f"{DOMAIN}::swish"
+    name = op.torch_name
     # NOTE: the symbolic's own opset (1 here) must be <= the export opset, and it is looked up by
     # the exact schema name of TORCH_LIBRARY: "myops::swish".
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # unregistering a name never registered warns
         torch.onnx.unregister_custom_op_symbolic(name, 1)
-    torch.onnx.register_custom_op_symbolic(name, _torchscript_symbolic(lowering), symbolic_opset)
+    torch.onnx.register_custom_op_symbolic(name, op.symbolic(lowering), symbolic_opset)
     # torch < 2.4 has no dynamo= keyword (TorchScript is its only exporter); 2.9+ defaults it to True.
     choose = {"dynamo": False} if "dynamo" in inspect.signature(torch.onnx.export).parameters else {}
     try:
@@ -278,7 +305,9 @@ def _dynamo_translation(lowering: str, opset: int):
     return decomposed
 
 
-def _export_dynamo(model, example, path: Path, *, lowering: str, opset: int, dynamic_axes: dict | None = None) -> None:
+def _export_dynamo(model, example, path: Path, *, lowering: str, opset: int, dynamic_axes: dict | None = None,
+                   op: OpExport | None = None) -> None:
+    op = op or OP_EXPORTS["swish"]
     try:
         import onnxscript
     except ImportError as exc:
@@ -299,7 +328,7 @@ def _export_dynamo(model, example, path: Path, *, lowering: str, opset: int, dyn
         input_names=[INPUT_NAME], output_names=[OUTPUT_NAME],
         dynamic_shapes={INPUT_NAME: {axis: Dim(name) for axis, name in
                                      (dynamic_axes or {INPUT_NAME: DYNAMIC_AXES}).get(INPUT_NAME, {}).items()}},
-        custom_translation_table={torch.ops.myops.swish.default: _dynamo_translation(lowering, build_opset)},
+        custom_translation_table={op.overload(): op.translation(lowering, build_opset)},
         verbose=False,
     )
     proto = program.model_proto
@@ -309,8 +338,22 @@ def _export_dynamo(model, example, path: Path, *, lowering: str, opset: int, dyn
         # opset it is asked for; onnx's own converter (which keeps custom-domain nodes) moves it.
         warnings.warn(f"exported at opset {built}, converted to {opset} with onnx.version_converter")
         proto = onnx.version_converter.convert_version(proto, opset)
+        _drop_attributes_the_converter_left(proto, opset)
     normalise_source_paths(proto)
     onnx.save(proto, str(path))
+
+
+def _drop_attributes_the_converter_left(proto: onnx.ModelProto, opset: int) -> None:
+    """onnx's 18 -> 17 adapter moves ReduceMean's axes input into an attribute but keeps
+    noop_with_empty_axes, which only exists from opset 18 (the checker then rejects the file). With
+    axes given, the attribute changes nothing: drop it."""
+    if opset >= 18:
+        return
+    for node in proto.graph.node:
+        if node.domain in ("", "ai.onnx") and node.op_type.startswith("Reduce"):
+            kept = [a for a in node.attribute if a.name != "noop_with_empty_axes"]
+            del node.attribute[:]
+            node.attribute.extend(kept)
 
 
 SITE_PACKAGES = re.compile(r"[^\s\"']*/site-packages/")
@@ -358,20 +401,56 @@ def expected_activation(lowering: str, opset: int, beta: float, exporter: str) -
     return Counter({"Sigmoid": 1, "Mul": 1 if beta == 1.0 else 2})
 
 
+@dataclass(frozen=True)
+class OpExport:
+    """What export needs of one op: its TORCH_LIBRARY name, the TorchScript symbolic and dynamo
+    translation for a lowering, the ONNX schema, and the nodes each lowering must produce."""
+    torch_name: str
+    symbolic: object          # (lowering) -> symbolic function
+    translation: object       # (lowering, opset) -> onnxscript function
+    register_schema: object   # () -> None
+    expected: object          # (lowering, opset, exporter, beta) -> Counter of node types
+    node_types: frozenset     # every node type a lowering of the op may produce
+
+    def overload(self):
+        namespace, name = self.torch_name.split("::")
+        return getattr(getattr(torch.ops, namespace), name).default
+
+
+OP_EXPORTS = {
+    "swish": OpExport(
+        torch_name=f"{DOMAIN}::swish", symbolic=lambda lowering: _torchscript_symbolic(lowering),
+        translation=lambda lowering, opset: _dynamo_translation(lowering, opset), register_schema=lambda: register_onnx_schema(),
+        expected=lambda lowering, opset, exporter, beta: expected_activation(lowering, opset, beta, exporter),
+        node_types=frozenset({f"{DOMAIN}::Swish", *ACTIVATION_OPS})),
+    "rms_norm": OpExport(
+        torch_name=rms_norm_onnx.TORCH_NAME, symbolic=rms_norm_onnx.torchscript_symbolic,
+        translation=rms_norm_onnx.dynamo_translation, register_schema=rms_norm_onnx.register_schema,
+        expected=lambda lowering, opset, exporter, beta: rms_norm_onnx.expected_nodes(lowering, opset, exporter),
+        node_types=frozenset(rms_norm_onnx.NODE_TYPES)),
+}
+
+
+def register_onnx_schemas() -> None:
+    for op in OP_EXPORTS.values():
+        op.register_schema()
+
+
 def check_graph(model: onnx.ModelProto, *, model_name: str, lowering: str, opset: int, beta: float, exporter: str,
                 dynamic_axes: dict | None = None) -> None:
     """Raise ExportError, printing what the graph holds, unless it is exactly what was asked for."""
-    register_onnx_schema()
+    register_onnx_schemas()
+    op = OP_EXPORTS[MODEL_OP[model_name]]
     try:
         onnx.checker.check_model(model)
     except onnx.checker.ValidationError as exc:
         raise ExportError(f"onnx.checker rejected the export: {exc}") from exc
     problems = []
     nodes = [f"{n.domain + '::' if n.domain else ''}{n.op_type}" for n in model.graph.node if n.op_type != "Constant"]
-    activation = Counter(n for n in nodes if n.startswith(DOMAIN + "::") or n in ACTIVATION_OPS)
-    expected = expected_activation(lowering, opset, beta, exporter)
+    activation = Counter(n for n in nodes if n.startswith(DOMAIN + "::") or n in op.node_types)
+    expected = op.expected(lowering, opset, exporter, beta)
     if activation != expected:
-        problems.append(f"activation nodes {dict(activation)} != expected {dict(expected)}")
+        problems.append(f"{MODEL_OP[model_name]} nodes {dict(activation)} != expected {dict(expected)}")
     allowed_rest = LINEAR_OPS if model_name == "ffn" else set()
     stray = sorted({n for n in nodes if n not in activation and n not in allowed_rest})
     if stray:
@@ -400,6 +479,7 @@ def check_graph(model: onnx.ModelProto, *, model_name: str, lowering: str, opset
 class ExportResult:
     path: str
     model: str
+    op: str
     exporter: str
     lowering: str
     opset: int
@@ -418,12 +498,16 @@ def default_path(model_name: str, exporter: str, lowering: str, opset: int, out_
 
 def export(model_name: str, *, exporter: str = "dynamo", lowering: str = "custom", opset: int = 18,
            beta: float = 1.0, path: str | os.PathLike | None = None, export_shape=(2, 16, 768), seed: int = 0,
-           dynamic_axes: dict | None = None, symbolic_opset: int = 1) -> ExportResult:
+           dynamic_axes: dict | None = None, symbolic_opset: int = 1,
+           eps: float = rms_norm_onnx.DEFAULT_EPSILON) -> ExportResult:
     """Export, check, and atomically write one model; returns what was written and how.
 
     dynamic_axes: {name: {axis: axis name}} for the input 'x' and output 'y' (default: batch and
     seq of both). symbolic_opset: the opset the TorchScript symbolic is registered from.
+    beta applies to the swish models, eps to rms_norm.
     """
+    if model_name not in MODELS:
+        raise ExportError(f"unknown model {model_name!r}; choose one of {', '.join(MODELS)}")
     if exporter not in EXPORTERS:
         raise ExportError(f"unknown exporter {exporter!r}; choose one of {', '.join(EXPORTERS)}")
     if lowering not in LOWERINGS:
@@ -433,7 +517,8 @@ def export(model_name: str, *, exporter: str = "dynamo", lowering: str = "custom
     load_extension()
     path = Path(path) if path else default_path(model_name, exporter, lowering, opset)
     path.parent.mkdir(parents=True, exist_ok=True)
-    model = build_model(model_name, beta=beta, hidden=export_shape[-1], seed=seed)
+    model = build_model(model_name, beta=beta, hidden=export_shape[-1], seed=seed, eps=eps)
+    op = OP_EXPORTS[MODEL_OP[model_name]]
     example = sample_input(*export_shape)
     with tempfile.TemporaryDirectory(dir=path.parent, prefix=".export-") as tmp:
         tmp_path = Path(tmp) / path.name
@@ -441,16 +526,17 @@ def export(model_name: str, *, exporter: str = "dynamo", lowering: str = "custom
             warnings.simplefilter("always")
             if exporter == "torchscript":
                 _export_torchscript(model, example, tmp_path, lowering=lowering, opset=opset,
-                                    symbolic_opset=symbolic_opset, dynamic_axes=dynamic_axes)
+                                    symbolic_opset=symbolic_opset, dynamic_axes=dynamic_axes, op=op)
             else:
-                _export_dynamo(model, example, tmp_path, lowering=lowering, opset=opset, dynamic_axes=dynamic_axes)
+                _export_dynamo(model, example, tmp_path, lowering=lowering, opset=opset, dynamic_axes=dynamic_axes,
+                               op=op)
         proto = onnx.load(str(tmp_path))
         check_graph(proto, model_name=model_name, lowering=lowering, opset=opset, beta=beta, exporter=exporter,
                     dynamic_axes=dynamic_axes)
         digest = hashlib.sha256(tmp_path.read_bytes()).hexdigest()
         os.replace(tmp_path, path)
     return ExportResult(
-        path=str(path), model=model_name, exporter=exporter, lowering=lowering, opset=opset, beta=beta,
+        path=str(path), model=model_name, op=MODEL_OP[model_name], exporter=exporter, lowering=lowering, opset=opset, beta=beta,
         sha256=digest, export_shape=list(export_shape), graph=describe(proto),
         warnings=sorted({str(w.message).splitlines()[0] for w in caught}),
     )
@@ -464,20 +550,25 @@ def _quiet():
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Export a myops::swish model to ONNX and check it.")
-    parser.add_argument("--model", choices=MODELS, default="swish")
+    parser = argparse.ArgumentParser(description="Export a myops model to ONNX and check it.")
+    parser.add_argument("--model", choices=(*MODELS, "all"), default="swish")
     parser.add_argument("--exporter", choices=EXPORTERS, default="dynamo")
     parser.add_argument("--lowering", choices=LOWERINGS, default="custom")
     parser.add_argument("--opset", type=int, help="default: every opset of default_opsets(exporter)")
-    parser.add_argument("--beta", type=float, default=1.0)
+    parser.add_argument("--beta", type=float, default=1.0, help="swish and ffn")
+    parser.add_argument("--eps", type=float, default=rms_norm_onnx.DEFAULT_EPSILON, help="rms_norm")
     parser.add_argument("-o", "--output", help="output file (only with --opset)")
     args = parser.parse_args(argv)
     opsets = [args.opset] if args.opset else default_opsets(args.exporter)
+    models = MODELS if args.model == "all" else (args.model,)
+    if args.output and (len(models) > 1 or not args.opset):
+        parser.error("-o/--output names one file: give one --model and an --opset")
     try:
-        for opset in opsets:
-            result = export(args.model, exporter=args.exporter, lowering=args.lowering, opset=opset, beta=args.beta,
-                            path=args.output if args.opset else None)
-            print(json.dumps(asdict(result)))
+        for model in models:
+            for opset in opsets:
+                result = export(model, exporter=args.exporter, lowering=args.lowering, opset=opset, beta=args.beta,
+                                eps=args.eps, path=args.output)
+                print(json.dumps(asdict(result)))
     except ExportError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

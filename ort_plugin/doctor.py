@@ -18,6 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
+from opspec import probe_input_names
+
 from .diagnose import Finding, custom_nodes, diagnose_model
 from .library_info import LibraryInfo, covers, read_library
 from .loader import PluginError, check_library, default_library
@@ -83,10 +85,11 @@ def _probe_ops(path: Path, info: LibraryInfo, ort_facts: dict) -> list[Finding]:
             try:
                 from .loader import make_session
 
-                model = one_node_model(op.domain, op.op, since=op.since, element_type=element_type)
+                names = probe_input_names(op.op)
+                model = one_node_model(op.domain, op.op, since=op.since, element_type=element_type, inputs=names)
                 session = make_session(model, library=path, providers=[op.provider])
                 x = np.linspace(-4, 4, 17).astype(element_type)
-                y = session.run(None, {"x": x})[0]
+                y = session.run(None, {"x": x, **{name: np.ones_like(x) for name in names[1:]}})[0]
                 if y.shape != x.shape:
                     raise RuntimeError(f"output shape {y.shape} for input shape {x.shape}")
                 ran.append(element_type)

@@ -1,4 +1,4 @@
-// Runs kernels/swish.h's public spans (forward_span, backward_span: the path detect_isa() and
+// Runs kernels/swish.h's public spans (forward_span, backward_span: the path cpu_isa::detect() and
 // MYOPS_CPU_ISA pick) over the cases in a file, for tests/test_neon.py. Built natively for x86-64
 // and cross-compiled for aarch64, so both machines' paths see the same inputs.
 //

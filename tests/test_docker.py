@@ -70,7 +70,9 @@ def test_infer_verifies_the_plugin(cpu_images):
     result = docker.run(cpu_images["infer"], "verify")
     out = result.stdout.decode(errors="replace")
     assert result.returncode == 0, out + result.stderr.decode(errors="replace")
-    assert "all models match" in out and out.count("ok  ") == 24, out
+    # 3 models (swish, ffn, rms_norm) x 2 lowerings x 2 exporters x 3 opsets
+    assert "all models match" in out and out.count("ok  ") == 36, out
+    assert out.count("ok   rms_norm-") == 12, out
     # The image's recorded contents checked first; the same digest as the manifest the build wrote.
     recorded = docker.run(cpu_images["infer"], "-c", "from ort_plugin import contents; "
                           "print(contents.digest(contents.manifest_lines(__import__('pathlib').Path('/opt/myops'))))",

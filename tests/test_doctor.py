@@ -85,9 +85,9 @@ def test_plugin_file_describes_itself(plugin_path):
 
 @pytest.mark.parametrize("model, cause", [
     (lambda: swish_graph(domain="MyOps"), "domain case differs: the node says 'MyOps', the plugin registers 'myops'"),
-    (lambda: swish_graph(op_type="swish"), "op name differs: the plugin registers ['Copy', 'Swish'] in 'myops', not 'swish' "
+    (lambda: swish_graph(op_type="swish"), "op name differs: the plugin registers ['Copy', 'RMSNorm', 'Swish'] in 'myops', not 'swish' "
                                            "(did you mean 'Swish'?"),
-    (lambda: swish_graph(op_type="SiLU"), "op name differs: the plugin registers ['Copy', 'Swish'] in 'myops', not 'SiLU'"),
+    (lambda: swish_graph(op_type="SiLU"), "op name differs: the plugin registers ['Copy', 'RMSNorm', 'Swish'] in 'myops', not 'SiLU'"),
     (lambda: _no_opset_import(swish_graph()), "missing custom opset import: the model has no opset_import for domain 'myops'"),
     (lambda: swish_graph(domain="mycompany.ops"), "the plugin registers no domain 'mycompany.ops'"),
 ], ids=["domain-case", "op-case", "op-name", "no-opset-import", "unknown-domain"])
@@ -103,7 +103,7 @@ def test_unregistered_custom_node_names_the_cause(plugin_path, tmp_path, model, 
 def test_unknown_op_name_offers_every_registered_name_rather_than_guessing(plugin_path):
     with pytest.raises(PluginError) as caught:
         make_session(swish_graph(op_type="SiLU").SerializeToString(), library=plugin_path)
-    assert "fix: export the node as one of myops::Copy, myops::Swish, or load the plugin that provides myops::SiLU" \
+    assert "fix: export the node as one of myops::Copy, myops::RMSNorm, myops::Swish, or load the plugin that provides myops::SiLU" \
         in str(caught.value)
 
 

@@ -95,12 +95,13 @@ def test_direct_build_cuda_objects_compile(tmp_path, monkeypatch, in_ci):
     generated.parent.mkdir(parents=True)
     generated.write_text("#pragma once\n#define C10_CUDA_BUILD_SHARED_LIBS\n")
     jobs, link, library = gpu_check.direct_build_plan("90", nvcc)
-    assert {obj.name for obj in jobs} == {"swish.o", "swish_cuda_op.o", "kernels_swish_cuda.o"}
+    assert {obj.name for obj in jobs} == {"swish.o", "swish_cuda_op.o", "kernels_swish_cuda.o",
+                                          "rms_norm.o", "rms_norm_cuda_op.o", "kernels_rms_norm_cuda.o"}
     assert link[0] == nvcc and "-ltorch_cuda" in link and str(library) in link
     running = [(obj, subprocess.Popen([*command, f"-I{tmp_path / 'generated'}", "-o", str(obj)],
                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
                for obj, command in jobs.items() if obj.suffix == ".o" and command[0] == nvcc]
-    assert len(running) == 2
+    assert len(running) == 4
     for obj, process in running:
         output, _ = process.communicate(timeout=600)
         assert process.returncode == 0, f"{obj.name}:\n{output[-3000:]}"
@@ -277,8 +278,9 @@ def test_direct_build_uses_the_standard_of_this_torch(tmp_path):
     from lab.compat import extension_cxx_standard
 
     jobs, _, _ = gpu_check.direct_build_plan(None, None)
-    (command,) = jobs.values()
-    assert f"-std={extension_cxx_standard(torch.__version__)}" in command
+    assert len(jobs) == 2  # swish.cpp and rms_norm.cpp
+    for command in jobs.values():
+        assert f"-std={extension_cxx_standard(torch.__version__)}" in command
     # An nvcc that answers as CUDA 11.8's does: C++20 torch headers cannot be compiled with it.
     nvcc = tmp_path / "nvcc"
     nvcc.write_text("#!/bin/sh\necho 'Cuda compilation tools, release 11.8, V11.8.89'\n"

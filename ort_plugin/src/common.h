@@ -23,9 +23,12 @@ namespace myops {
 // Macros as well as constants: the build-info strings below are assembled at compile time.
 #define MYOPS_DOMAIN "myops"
 #define MYOPS_SWISH_NAME "Swish"
+#define MYOPS_RMS_NORM_NAME "RMSNorm"
 inline constexpr const char* kDomain = MYOPS_DOMAIN;
 inline constexpr const char* kSwishName = MYOPS_SWISH_NAME;
 inline constexpr float kDefaultBeta = 1.0f;
+inline constexpr const char* kRMSNormName = MYOPS_RMS_NORM_NAME;
+inline constexpr float kDefaultEpsilon = 1e-6f;
 
 // Runs `body` (returning Ort::Status) and turns any exception into an OrtStatus*, so that
 // nothing is thrown across ORT's C boundary.
@@ -40,24 +43,29 @@ OrtStatus* GuardStatus(Body&& body) noexcept {
   }
 }
 
-// The optional float attribute `beta`; absent means 1.0, any other failure (e.g. beta given as
-// an int) is an error that names the attribute.
-inline OrtStatus* ReadBeta(const OrtApi& api, const OrtKernelInfo* info, float* beta) {
+// The optional float attribute `name` of node type `op`; absent means `fallback`, any other
+// failure (e.g. the attribute given as an int) is an error that names the node and the attribute.
+inline OrtStatus* ReadFloatAttribute(const OrtApi& api, const OrtKernelInfo* info, const char* op, const char* name,
+                                     float fallback, float* value) {
   Ort::ConstKernelInfo kernel_info{info};
-  *beta = kDefaultBeta;
-  OrtStatus* status = api.KernelInfoGetAttribute_float(info, "beta", beta);
+  *value = fallback;
+  OrtStatus* status = api.KernelInfoGetAttribute_float(info, name, value);
   if (status == nullptr) return nullptr;
   const std::string message = api.GetErrorMessage(status);
   api.ReleaseStatus(status);
   if (message.find("No attribute") != std::string::npos || message.find("not found") != std::string::npos) {
-    *beta = kDefaultBeta;
+    *value = fallback;
     return nullptr;
   }
-  return Ort::Status(("myops::Swish (node " + kernel_info.GetNodeName() +
-                      "): attribute 'beta' must be a float; ORT said: " + message)
+  return Ort::Status((std::string("myops::") + op + " (node " + kernel_info.GetNodeName() + "): attribute '" + name +
+                      "' must be a float; ORT said: " + message)
                          .c_str(),
                      ORT_INVALID_ARGUMENT)
       .release();
+}
+
+inline OrtStatus* ReadBeta(const OrtApi& api, const OrtKernelInfo* info, float* beta) {
+  return ReadFloatAttribute(api, info, kSwishName, "beta", kDefaultBeta, beta);
 }
 
 // Shape inference for elementwise ops: Y gets X's element type and shape, symbolic dims included,

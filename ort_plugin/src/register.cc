@@ -4,8 +4,8 @@
 #include <string>
 
 #include "common.h"
-#include "cpu/swish_op.h"
-#include "cuda/swish_op.h"
+#include "cpu/ops.h"
+#include "cuda/ops.h"
 
 #if !defined(MYOPS_CUDA_ARCHITECTURES)
 #define MYOPS_CUDA_ARCHITECTURES "none"

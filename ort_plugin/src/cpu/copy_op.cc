@@ -2,7 +2,7 @@
 // and written into the same arena-allocated output. The benchmark times it as the floor of what an
 // elementwise op of this plugin can cost: ORT's Identity is not that floor, since it runs outside
 // the plugin's threading and buffer path.
-#include "cpu/copy_op.h"
+#include "cpu/ops.h"
 
 #include <cstdint>
 #include <cstring>

@@ -1,8 +1,7 @@
 // myops::Swish on CPUExecutionProvider: float32, vectorised (kernels/swish.h), split into chunks
 // on ORT's own intra-op thread pool. The kernel keeps only the node's beta: no per-call state.
-#include "cpu/swish_op.h"
+#include "cpu/ops.h"
 
-#include "cpu/copy_op.h"
 #include "cpu/spans.h"
 #include "swish.h"
 #include "swish_op_base.h"
@@ -32,10 +31,9 @@ struct SwishOp : SwishOpBase<SwishOp, SwishKernel, ONNX_TENSOR_ELEMENT_DATA_TYPE
 
 }  // namespace
 
-void RegisterOps(Ort::CustomOpDomain& domain) {
+void RegisterSwish(Ort::CustomOpDomain& domain) {
   static const SwishOp swish_op;
   domain.Add(&swish_op);
-  RegisterCopy(domain);
 }
 
 }  // namespace cpu

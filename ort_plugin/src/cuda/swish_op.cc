@@ -1,6 +1,6 @@
 // myops::Swish on CUDAExecutionProvider (float32 and float16), launched on the kernel context's
 // compute stream with the shared kernels of kernels/swish_cuda.cu. Stateless but for beta.
-#include "cuda/swish_op.h"
+#include "cuda/ops.h"
 
 #include <cstdint>
 
@@ -49,7 +49,7 @@ struct SwishOp : SwishOpBase<SwishOp<kType>, SwishKernel<kType>, kType> {
 
 }  // namespace
 
-void RegisterOps(Ort::CustomOpDomain& domain) {
+void RegisterSwish(Ort::CustomOpDomain& domain) {
   static const SwishOp<ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT> swish_f32;
   static const SwishOp<ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16> swish_f16;
   domain.Add(&swish_f32);

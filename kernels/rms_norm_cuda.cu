@@ -1,0 +1,156 @@
+// CUDA kernels for RMSNorm, shared by the PyTorch extension and the ORT plugin. Storage in float32,
+// float16 or bfloat16; every sum in float32. One block per row: each thread sums a strided slice,
+// then a warp shuffle reduction and one across the block's warps through shared memory.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+
+#include "rms_norm_cuda.h"
+
+namespace rms_norm {
+namespace cuda {
+// Named and hidden, not anonymous: see swish_cuda.cu (nvcc hashes the path into anonymous names).
+namespace __attribute__((visibility("hidden"))) internal {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr int64_t kMaxBlocks = 65535;
+
+template <typename T> __device__ __forceinline__ float to_float(T v) { return static_cast<float>(v); }
+template <> __device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+template <> __device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <typename T> __device__ __forceinline__ T from_float(float v) { return static_cast<T>(v); }
+template <> __device__ __forceinline__ __half from_float(float v) { return __float2half_rn(v); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_float(float v) { return __float2bfloat16_rn(v); }
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+// The sum over the block, returned to every thread. `scratch` holds kWarps floats; the leading
+// barrier lets a caller reuse it in a loop.
+__device__ __forceinline__ float block_sum(float v, float* scratch) {
+  const int lane = threadIdx.x % 32;
+  const int warp = threadIdx.x / 32;
+  v = warp_sum(v);
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  v = lane < kWarps ? scratch[lane] : 0.0f;
+  return warp_sum(v);
+}
+
+__device__ __forceinline__ float inv_rms(float sum_squares, int64_t cols, float eps) {
+  return rsqrtf(sum_squares / static_cast<float>(cols) + eps);
+}
+
+template <typename T>
+__global__ void forward_kernel(const T* x, const T* w, T* y, int64_t rows, int64_t cols, float eps) {
+  __shared__ float scratch[kWarps];
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const T* xr = x + row * cols;
+    T* yr = y + row * cols;
+    float squares = 0.0f;
+    for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
+      const float v = to_float(xr[j]);
+      squares += v * v;
+    }
+    const float inv = inv_rms(block_sum(squares, scratch), cols, eps);
+    for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
+      yr[j] = from_float<T>((to_float(xr[j]) * inv) * to_float(w[j]));
+    }
+  }
+}
+
+// dx per row (as kernels/rms_norm.h), and each row's inv_rms kept for the dw pass.
+template <typename T>
+__global__ void backward_dx_kernel(const T* grad, const T* x, const T* w, T* dx, float* inv_out, int64_t rows,
+                                   int64_t cols, float eps) {
+  __shared__ float scratch[kWarps];
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const T* gr = grad + row * cols;
+    const T* xr = x + row * cols;
+    float squares = 0.0f;
+    float gwx = 0.0f;
+    for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
+      const float v = to_float(xr[j]);
+      squares += v * v;
+      gwx += to_float(gr[j]) * to_float(w[j]) * v;
+    }
+    const float inv = inv_rms(block_sum(squares, scratch), cols, eps);
+    const float coeff = inv * inv * inv * block_sum(gwx, scratch) / static_cast<float>(cols);
+    if (threadIdx.x == 0) inv_out[row] = inv;
+    for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
+      const float g = to_float(gr[j]) * to_float(w[j]);
+      dx[row * cols + j] = from_float<T>(inv * g - to_float(xr[j]) * coeff);
+    }
+  }
+}
+
+// dw[j] = sum over rows of grad * x * inv: one thread per column, so neighbouring threads read
+// neighbouring addresses of each row; no atomics, so the sum order is fixed.
+template <typename T>
+__global__ void backward_dw_kernel(const T* grad, const T* x, const float* inv, T* dw, int64_t rows, int64_t cols) {
+  for (int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < cols;
+       j += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    float sum = 0.0f;
+    for (int64_t row = 0; row < rows; ++row) sum += to_float(grad[row * cols + j]) * (to_float(x[row * cols + j]) * inv[row]);
+    dw[j] = from_float<T>(sum);
+  }
+}
+
+unsigned row_blocks(int64_t rows) { return static_cast<unsigned>(std::min<int64_t>(rows, kMaxBlocks)); }
+
+template <typename T>
+cudaError_t launch_forward(const void* x, const void* w, void* y, int64_t rows, int64_t cols, float eps,
+                           cudaStream_t stream) {
+  forward_kernel<T><<<row_blocks(rows), kThreads, 0, stream>>>(static_cast<const T*>(x), static_cast<const T*>(w),
+                                                               static_cast<T*>(y), rows, cols, eps);
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t launch_backward(const void* grad, const void* x, const void* w, void* dx, void* dw, float* inv,
+                            int64_t rows, int64_t cols, float eps, cudaStream_t stream) {
+  const auto* g = static_cast<const T*>(grad);
+  const auto* xt = static_cast<const T*>(x);
+  backward_dx_kernel<T><<<row_blocks(rows), kThreads, 0, stream>>>(g, xt, static_cast<const T*>(w),
+                                                                   static_cast<T*>(dx), inv, rows, cols, eps);
+  if (const cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
+  const auto column_blocks = static_cast<unsigned>(std::min<int64_t>((cols + kThreads - 1) / kThreads, kMaxBlocks));
+  backward_dw_kernel<T><<<column_blocks, kThreads, 0, stream>>>(g, xt, inv, static_cast<T*>(dw), rows, cols);
+  return cudaGetLastError();
+}
+
+}  // namespace internal
+
+cudaError_t forward(const void* x, const void* weight, void* y, int64_t rows, int64_t cols, float eps, DType dtype,
+                    cudaStream_t stream) {
+  if (rows == 0 || cols == 0) return cudaSuccess;
+  switch (dtype) {
+    case DType::kFloat16: return internal::launch_forward<__half>(x, weight, y, rows, cols, eps, stream);
+    case DType::kBFloat16: return internal::launch_forward<__nv_bfloat16>(x, weight, y, rows, cols, eps, stream);
+    default: return internal::launch_forward<float>(x, weight, y, rows, cols, eps, stream);
+  }
+}
+
+cudaError_t backward(const void* grad, const void* x, const void* weight, void* dx, void* dw, float* inv_rms_workspace,
+                     int64_t rows, int64_t cols, float eps, DType dtype, cudaStream_t stream) {
+  if (cols == 0) return cudaSuccess;
+  if (rows == 0) return cudaMemsetAsync(dw, 0, static_cast<size_t>(cols) * (dtype == DType::kFloat32 ? 4 : 2), stream);
+  switch (dtype) {
+    case DType::kFloat16:
+      return internal::launch_backward<__half>(grad, x, weight, dx, dw, inv_rms_workspace, rows, cols, eps, stream);
+    case DType::kBFloat16:
+      return internal::launch_backward<__nv_bfloat16>(grad, x, weight, dx, dw, inv_rms_workspace, rows, cols, eps,
+                                                      stream);
+    default:
+      return internal::launch_backward<float>(grad, x, weight, dx, dw, inv_rms_workspace, rows, cols, eps, stream);
+  }
+}
+
+}  // namespace cuda
+}  // namespace rms_norm

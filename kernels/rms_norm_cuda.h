@@ -1,0 +1,25 @@
+// Host-side entry points of the CUDA kernels in rms_norm_cuda.cu: plain pointers and a stream, no
+// torch and no onnxruntime types (the extension passes PyTorch's current stream, the plugin the
+// kernel context's compute stream). x, y, grad, dx: [rows, cols] contiguous; weight, dw: [cols].
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+#include "swish_cuda.h"  // DType: one storage-type enum for every op's kernels
+
+namespace rms_norm {
+namespace cuda {
+
+using swish::cuda::DType;
+
+// Both return the launch status (cudaGetLastError) without synchronising.
+cudaError_t forward(const void* x, const void* weight, void* y, int64_t rows, int64_t cols, float eps, DType dtype,
+                    cudaStream_t stream);
+// inv_rms_workspace: `rows` floats of device memory the caller owns (read back by the dw pass).
+cudaError_t backward(const void* grad, const void* x, const void* weight, void* dx, void* dw, float* inv_rms_workspace,
+                     int64_t rows, int64_t cols, float eps, DType dtype, cudaStream_t stream);
+
+}  // namespace cuda
+}  // namespace rms_norm

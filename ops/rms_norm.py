@@ -1,0 +1,84 @@
+"""Python side of myops::rms_norm: the public function, its fake (meta) kernel and autograd.
+
+Gradients flow to x and weight; eps is a float attribute of the op (as epsilon is in ONNX).
+"""
+from __future__ import annotations
+
+import torch
+
+_registered = False
+
+
+def reference(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """The composite the op replaces, with float32 accumulation; the ground truth of layer 1."""
+    x32 = x.float()
+    return (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps) * weight.float()).to(x.dtype)
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """y = x * rsqrt(mean(x^2, -1) + eps) * weight as one fused op."""
+    return torch.ops.myops.rms_norm(x, weight, eps)
+
+
+def _setup_context(ctx, inputs, output):
+    x, weight, eps = inputs
+    ctx.save_for_backward(x, weight)
+    ctx.eps = eps
+
+
+def _backward(ctx, grad):
+    x, weight = ctx.saved_tensors
+    dx, dweight = torch.ops.myops.rms_norm_backward(grad, x, weight, ctx.eps)
+    return dx, dweight, None
+
+
+def register_python_parts() -> None:
+    """Fake kernels (torch.compile / torch.export) and autograd; idempotent."""
+    global _registered
+    if _registered:
+        return
+    # torch 2.3 names register_fake impl_abstract and has no register_autograd (see ops/swish.py).
+    register_fake = getattr(torch.library, "register_fake", None) or torch.library.impl_abstract
+
+    @register_fake("myops::rms_norm")
+    def _rms_norm_fake(x, weight, eps=1e-6):
+        torch._check(x.dim() >= 1, lambda: "myops::rms_norm: x must have at least one dimension")
+        torch._check(weight.shape == x.shape[-1:], lambda: f"myops::rms_norm: weight must have shape [{x.shape[-1]}]; got {list(weight.shape)}")
+        torch._check(weight.dtype == x.dtype, lambda: f"myops::rms_norm: weight must have x's dtype {x.dtype}; got {weight.dtype}")
+        return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+    @register_fake("myops::rms_norm_backward")
+    def _rms_norm_backward_fake(grad, x, weight, eps):
+        torch._check(grad.shape == x.shape, lambda: f"myops::rms_norm_backward: grad shape {grad.shape} != x shape {x.shape}")
+        return (torch.empty_like(x, memory_format=torch.contiguous_format),
+                torch.empty_like(weight, memory_format=torch.contiguous_format))
+
+    if hasattr(torch.library, "register_autograd"):
+        torch.library.register_autograd("myops::rms_norm", _backward, setup_context=_setup_context)
+    else:
+        _register_autograd_before_2_4()
+    _registered = True
+
+
+class _RMSNormFunction(torch.autograd.Function):
+    """What register_autograd builds, spelled out for torch 2.3: the op below the Autograd key."""
+
+    @staticmethod
+    def forward(ctx, x, weight, eps):
+        with torch._C._AutoDispatchBelowAutograd():
+            y = torch.ops.myops.rms_norm(x, weight, eps)
+        _setup_context(ctx, (x, weight, eps), y)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _backward(ctx, grad)
+
+
+_autograd_library = None
+
+
+def _register_autograd_before_2_4() -> None:
+    global _autograd_library
+    _autograd_library = torch.library.Library("myops", "IMPL")  # kept alive: dropping it unregisters
+    _autograd_library.impl("rms_norm", lambda x, weight, eps=1e-6: _RMSNormFunction.apply(x, weight, eps), "Autograd")

@@ -1,0 +1,320 @@
+"""myops::rms_norm through the layers: the extension against the PyTorch reference (layer 1), the
+ORT plugin against the extension (the same kernel header, so the same bits), every CPU path, and the
+ONNX lowerings ORT optimises (layer 2 runs every export in test_alignment_onnx.py; layer 3 runs the
+rms_norm artifacts in the images).
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+import torch
+from onnx import TensorProto, helper
+
+REPO = Path(__file__).resolve().parent.parent
+# fp32 against a float64 reference: sums of up to 4096 squares and one rsqrt, a few ulp.
+FP32 = dict(atol=2e-6, rtol=2e-6)
+SHAPES = [(1,), (7,), (4, 16), (3, 5, 37), (2, 33, 768), (0, 8), (5, 1)]
+EPS = [1e-6, 1e-5, 0.5]
+
+
+def reference64(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    from ops.rms_norm import reference
+
+    return reference(x.double(), weight.double(), eps)
+
+
+def inputs(shape, seed=0, scale=3.0):
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(*shape, generator=generator) * scale
+    weight = 1.0 + 0.2 * torch.randn(shape[-1], generator=generator)
+    return x, weight
+
+
+# ---------------------------------------------------------------- layer 1: the extension
+
+@pytest.mark.parametrize("eps", EPS)
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_forward_and_backward_match_the_reference(ext, shape, eps):
+    x, weight = inputs(shape)
+    grad = torch.randn(*shape, generator=torch.Generator().manual_seed(1))
+    xo, wo = x.clone().requires_grad_(), weight.clone().requires_grad_()
+    y = ext.rms_norm(xo, wo, eps)
+    y.backward(grad)
+    xr, wr = x.double().requires_grad_(), weight.double().requires_grad_()
+    y_ref = reference64(xr, wr, eps)
+    y_ref.backward(grad.double())
+    torch.testing.assert_close(y, y_ref.float(), **FP32)
+    # Gradients sum over a row (dx) or over every row (dw): relative to their size.
+    torch.testing.assert_close(xo.grad, xr.grad.float(), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(wo.grad, wr.grad.float(), atol=1e-4 * max(1, x.numel() // shape[-1]) ** 0.5, rtol=1e-5)
+
+
+def test_a_row_of_zeros_gives_zeros(ext):
+    x, weight = inputs((3, 64))
+    x[1] = 0.0
+    y = ext.rms_norm(x, weight)
+    assert torch.equal(y[1], torch.zeros(64))
+    assert torch.isfinite(y).all()
+
+
+def test_default_eps_is_1e_6(ext):
+    schema = str(torch.ops.myops.rms_norm.default._schema)
+    assert schema == "myops::rms_norm(Tensor x, Tensor weight, float eps=9.9999999999999995e-07) -> Tensor" or \
+        "eps=1e-06" in schema, schema
+    x, weight = inputs((4, 32), scale=1e-3)  # small values: eps matters
+    torch.testing.assert_close(ext.rms_norm(x, weight), reference64(x, weight, 1e-6).float(), **FP32)
+
+
+def test_non_contiguous_inputs(ext):
+    x, weight = inputs((6, 40))
+    view = x.t().contiguous().t()  # the same values, column-major
+    wide = torch.zeros(80)
+    wide[::2] = weight
+    torch.testing.assert_close(ext.rms_norm(view, wide[::2]), ext.rms_norm(x, weight), rtol=0, atol=0)
+
+
+def test_gradcheck_float64(ext):
+    x, weight = inputs((3, 4, 9))
+    assert torch.autograd.gradcheck(lambda a, b: ext.rms_norm(a, b, 1e-3),
+                                    (x.double().requires_grad_(), weight.double().requires_grad_()))
+
+
+def test_opcheck(ext):
+    x, weight = inputs((5, 24))
+    torch.library.opcheck(torch.ops.myops.rms_norm.default, (x, weight, 1e-6))
+    torch.library.opcheck(torch.ops.myops.rms_norm.default, (x.requires_grad_(True), weight.requires_grad_(True), 1e-5))
+    torch.library.opcheck(torch.ops.myops.rms_norm_backward.default, (torch.randn(5, 24), torch.randn(5, 24),
+                                                                      torch.randn(24), 1e-6))
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_torch_compile_fullgraph(ext, backend):
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda a, b: ext.rms_norm(a, b, 1e-5) * 2.0, fullgraph=True, backend=backend, dynamic=True)
+    x, weight = inputs((4, 9, 48))
+    xo, wo = x.clone().requires_grad_(), weight.clone().requires_grad_()
+    compiled(xo, wo).sum().backward()
+    xr, wr = x.clone().requires_grad_(), weight.clone().requires_grad_()
+    (ext.rms_norm(xr, wr, 1e-5) * 2.0).sum().backward()
+    torch.testing.assert_close(xo.grad, xr.grad)
+    torch.testing.assert_close(wo.grad, wr.grad)
+
+
+def test_torch_export_keeps_the_op_with_dynamic_batch_and_seq(ext):
+    from ops.export import build_model
+
+    model = build_model("rms_norm", hidden=32)
+    program = torch.export.export(model, (torch.randn(2, 3, 32),),
+                                  dynamic_shapes={"x": {0: torch.export.Dim("batch"), 1: torch.export.Dim("seq")}})
+    targets = [str(node.target) for node in program.graph.nodes if node.op == "call_function"]
+    assert "myops.rms_norm.default" in targets, targets
+    x = torch.randn(5, 11, 32)
+    torch.testing.assert_close(program.module()(x), model(x), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("make_args,message", [
+    (lambda: (torch.randn(2, 8), torch.randn(7)), r"weight must have shape \[x.shape\[-1\]\] = \[8\]"),
+    (lambda: (torch.randn(2, 8), torch.randn(8, dtype=torch.float64)), "weight must have x's dtype torch.float32"),
+    (lambda: (torch.randn(2, 8).half(), torch.randn(8).half()), "must be float32 on CPU"),
+    (lambda: (torch.tensor(1.0), torch.randn(1)), "at least one dimension"),
+])
+def test_bad_inputs_are_named(ext, make_args, message):
+    with pytest.raises(RuntimeError, match=message):
+        torch.ops.myops.rms_norm(*make_args(), 1e-6)
+
+
+def test_weight_gradient_does_not_depend_on_the_thread_count(ext):
+    x, weight = inputs((257, 384))
+    grad = torch.randn(257, 384, generator=torch.Generator().manual_seed(3))
+    results = []
+    before = torch.get_num_threads()
+    try:
+        for threads in (1, max(2, before)):
+            torch.set_num_threads(threads)
+            results.append(torch.ops.myops.rms_norm_backward(grad, x, weight, 1e-6))
+    finally:
+        torch.set_num_threads(before)
+    assert torch.equal(results[0][0], results[1][0]) and torch.equal(results[0][1], results[1][1])
+
+
+# ---------------------------------------------------------------- the plugin
+
+def rms_norm_graph(*, epsilon=None, hidden=16, scale_dim=None, with_neighbours=False) -> onnx.ModelProto:
+    """x[batch, seq, hidden], scale[hidden] -> myops::RMSNorm (-> Mul 2) -> y, y left without a shape."""
+    attrs = {} if epsilon is None else {"epsilon": epsilon}
+    nodes = [helper.make_node("RMSNorm", ["x", "scale"], ["n" if with_neighbours else "y"], domain="myops", **attrs)]
+    inits = []
+    if with_neighbours:
+        inits.append(helper.make_tensor("two", TensorProto.FLOAT, [1], [2.0]))
+        nodes.append(helper.make_node("Mul", ["n", "two"], ["y"]))
+    graph = helper.make_graph(
+        nodes, "rms_norm_graph",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", hidden]),
+         helper.make_tensor_value_info("scale", TensorProto.FLOAT, [scale_dim or hidden])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("myops", 1)])
+    model.ir_version = 9
+    return model
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("shape", [(8, 512, 768), (2, 3, 37), (1, 1, 4096), (0, 5, 16)], ids=str)
+def test_plugin_gives_the_extension_bits(plugin_path, ext, shape, threads):
+    from ort_plugin import make_session
+
+    session = make_session(rms_norm_graph(epsilon=1e-5, hidden=shape[-1]).SerializeToString(), library=plugin_path,
+                           threads=threads)
+    x, weight = inputs(shape, seed=5)
+    (y,) = session.run(None, {"x": x.numpy(), "scale": weight.numpy()})
+    # One home for the math: the same header gives the same bits in both layers, however the rows
+    # are split over the two thread pools.
+    np.testing.assert_array_equal(y, ext.rms_norm(x, weight, 1e-5).numpy())
+
+
+def test_plugin_default_epsilon_and_zero_rows(plugin_path, ext):
+    from ort_plugin import make_session
+
+    session = make_session(rms_norm_graph().SerializeToString(), library=plugin_path)
+    x, weight = inputs((2, 3, 16), scale=1e-3)
+    x[1, 2] = 0.0
+    (y,) = session.run(None, {"x": x.numpy(), "scale": weight.numpy()})
+    np.testing.assert_array_equal(y, ext.rms_norm(x, weight, 1e-6).numpy())
+    assert not y[1, 2].any()
+
+
+@pytest.mark.parametrize("with_neighbours", [False, True])
+def test_plugin_output_shape_is_inferred(plugin_path, with_neighbours):
+    from ort_plugin import make_session
+
+    session = make_session(rms_norm_graph(with_neighbours=with_neighbours).SerializeToString(), library=plugin_path)
+    assert session.get_outputs()[0].shape == ["batch", "seq", 16]
+    assert session.get_outputs()[0].type == "tensor(float)"
+
+
+def test_plugin_epsilon_of_the_wrong_type_is_named(plugin_path):
+    from ort_plugin import make_session
+
+    model = rms_norm_graph()
+    model.graph.node[0].attribute.append(helper.make_attribute("epsilon", 1))
+    with pytest.raises(Exception, match="myops::RMSNorm .*attribute 'epsilon' must be a float"):
+        make_session(model.SerializeToString(), library=plugin_path)
+
+
+def test_plugin_scale_of_the_wrong_length_is_named(plugin_path):
+    from ort_plugin import make_session
+
+    # A symbolic scale length: ORT cannot check it against the graph, the kernel must.
+    session = make_session(rms_norm_graph(scale_dim="hidden_again").SerializeToString(), library=plugin_path)
+    x, weight = inputs((2, 3, 16))
+    with pytest.raises(Exception, match=r"scale must have shape \[X.shape\[-1\]\] = \[16\]; got \[15\]"):
+        session.run(None, {"x": x.numpy(), "scale": weight[:15].numpy()})
+
+
+# ---------------------------------------------------------------- every CPU path
+
+CHILD = r"""
+import sys
+import numpy as np, torch
+import ops
+from ort_plugin import make_session
+from tests.test_rms_norm import rms_norm_graph
+
+data = np.load(sys.argv[1])
+ops.load()
+x, w, g = (torch.from_numpy(data[k]) for k in ("x", "w", "g"))
+session = make_session(rms_norm_graph(epsilon=1e-6, hidden=x.shape[-1]).SerializeToString(), library=sys.argv[2])
+dx, dw = torch.ops.myops.rms_norm_backward(g, x, w, 1e-6)
+np.savez(sys.argv[3], extension=ops.rms_norm(x, w, 1e-6).numpy(), dx=dx.numpy(), dw=dw.numpy(),
+         plugin=session.run(None, {"x": data["x"], "scale": data["w"]})[0])
+"""
+
+
+def test_every_cpu_path_agrees(plugin_path, ext, tmp_path):
+    rng = np.random.default_rng(11)
+    shape = (4, 9, 1001)  # a width that is no multiple of any vector: every row ends in a tail
+    data = dict(x=rng.normal(scale=4, size=shape).astype(np.float32), w=rng.normal(1, 0.2, shape[-1]).astype(np.float32),
+                g=rng.normal(size=shape).astype(np.float32))
+    np.savez(tmp_path / "in.npz", **data)
+    runs = {}
+    for path in ("baseline", "avx2", "avx512"):
+        out = tmp_path / f"{path}.npz"
+        child = subprocess.run([sys.executable, "-c", CHILD, str(tmp_path / "in.npz"), str(plugin_path), str(out)],
+                               capture_output=True, text=True, cwd=REPO, timeout=600,
+                               env=dict(os.environ, MYOPS_CPU_ISA=path, PYTHONPATH=str(REPO)))
+        assert child.returncode == 0, child.stderr
+        runs[path] = dict(np.load(out))
+        said = [line for line in child.stderr.splitlines() if line.startswith("[myops] MYOPS_CPU_ISA=")]
+        # One line per library (extension, plugin), not per op: the ops of a library share one choice.
+        assert said == [f"[myops] MYOPS_CPU_ISA={path}: the CPU path is {path}"] * 2, child.stderr
+    x, w, g = (torch.from_numpy(data[k]).double() for k in ("x", "w", "g"))
+    xr, wr = x.clone().requires_grad_(), w.clone().requires_grad_()
+    expected = reference64(xr, wr, 1e-6)
+    expected.backward(g)
+    for path, run in runs.items():
+        np.testing.assert_array_equal(run["plugin"], run["extension"], err_msg=path)
+        np.testing.assert_allclose(run["extension"], expected.detach().numpy(), **FP32, err_msg=path)
+        np.testing.assert_allclose(run["dx"], xr.grad.numpy(), atol=1e-5, rtol=1e-5, err_msg=path)
+        np.testing.assert_allclose(run["dw"], wr.grad.numpy(), atol=1e-3, rtol=1e-5, err_msg=path)
+
+
+# ---------------------------------------------------------------- what ORT makes of the lowerings
+
+def optimised_nodes(path: Path, level) -> Counter:
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = level
+    options.optimized_model_filepath = str(path.with_suffix(".optimised.onnx"))
+    options.log_severity_level = 3
+    ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    model = onnx.load(options.optimized_model_filepath)
+    return Counter(n.op_type for n in model.graph.node if n.op_type != "Constant")
+
+
+@pytest.mark.parametrize("exporter", ["torchscript", "dynamo"])
+def test_decomposed_lowering_is_fused_by_ort_at_its_default_level(ext, tmp_path, exporter):
+    import onnxruntime as ort
+
+    from ops import export as E
+
+    if exporter not in E.available_exporters():
+        pytest.skip(f"torch {torch.__version__} has no {exporter} exporter for custom ops")
+    result = E.export("rms_norm", exporter=exporter, lowering="decomposed", opset=18, path=tmp_path / "d.onnx")
+    assert optimised_nodes(Path(result.path), ort.GraphOptimizationLevel.ORT_ENABLE_ALL) == \
+        Counter({"SimplifiedLayerNormalization": 1})
+    # BASIC leaves the six nodes: the bench's "ORT composite, BASIC" row times them unfused.
+    assert optimised_nodes(Path(result.path), ort.GraphOptimizationLevel.ORT_ENABLE_BASIC) == \
+        Counter({n: 1 for n in ("Pow", "ReduceMean", "Add", "Sqrt", "Div", "Mul")})
+
+
+def test_decomposed_uses_standard_rms_normalization_from_opset_23(ext, tmp_path):
+    from ops import export as E
+    from ops import rms_norm_onnx
+
+    if "dynamo" not in E.available_exporters() or E.dynamo_max_opset() < 23 or not rms_norm_onnx.ort_runs_standard(23):
+        pytest.skip("needs the dynamo exporter and an onnxruntime that runs RMSNormalization (opset 23)")
+    result = E.export("rms_norm", exporter="dynamo", lowering="decomposed", opset=23, eps=1e-5, path=tmp_path / "s.onnx")
+    nodes = [n for n in onnx.load(result.path).graph.node if n.op_type != "Constant"]
+    assert [n.op_type for n in nodes] == ["RMSNormalization"]
+    attributes = {a.name: helper.get_attribute_value(a) for a in nodes[0].attribute}
+    assert attributes["axis"] == -1 and attributes["epsilon"] == pytest.approx(1e-5)
+
+
+def test_doctor_probes_and_reads_rms_norm(ext, plugin_path, tmp_path):
+    from ops.export import export
+
+    model = export("rms_norm", exporter="torchscript", lowering="custom", opset=17, path=tmp_path / "rms_norm.onnx")
+    result = subprocess.run([sys.executable, "-m", "lab.doctor", "--plugin", str(plugin_path), model.path],
+                            capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    for expected in ("myops::RMSNorm v1+ on CPUExecutionProvider: registered and runs [float32]",
+                     "myops::RMSNorm (1 node): registered by the plugin", "dynamic axes 0 (batch), 1 (seq)",
+                     "doctor: all green"):
+        assert expected in result.stdout, result.stdout
