@@ -19,6 +19,7 @@ from .stats import Summary, overlap, summarise
 
 # Short names of the rows (row, ORT level), for the "within noise of" column and the sweep.
 SHORT = {("torch_composite", ""): "composite", ("torch_extension", ""): "extension", ("torch_silu", ""): "F.silu",
+         ("torch_rms_norm", ""): "F.rms_norm",
          ("torch_compile", ""): "compile", ("torch_copy", ""): "clone", ("torch_copy_into", ""): "copy_",
          ("ort_composite", "all"): "ORT default", ("ort_composite", "basic"): "ORT BASIC",
          ("ort_custom", "all"): "ORT custom", ("ort_copy", "all"): "Identity", ("ort_plugin_copy", "all"): "plugin Copy"}

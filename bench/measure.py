@@ -26,7 +26,8 @@ import numpy as np
 
 from .workloads import WORKLOADS, percentiles_ms
 
-TORCH_ROWS = ("torch_composite", "torch_extension", "torch_silu", "torch_compile", "torch_copy", "torch_copy_into")
+TORCH_ROWS = ("torch_composite", "torch_extension", "torch_silu", "torch_rms_norm", "torch_compile", "torch_copy",
+              "torch_copy_into")
 ORT_ROWS = ("ort_composite", "ort_custom", "ort_copy", "ort_plugin_copy")
 PLUGIN_ROWS = ("ort_custom", "ort_plugin_copy")
 
@@ -51,6 +52,28 @@ def reset_peak() -> str:
 
 # ---------------------------------------------------------------- callables per row
 
+def _torch_functions(op: str, beta: float):
+    """Per row: the function the model calls in place of the fused op, and what the row's graph column says."""
+    import torch
+
+    import ops
+
+    if op == "rms_norm":
+        from ops.rms_norm import reference as rms_norm_reference
+
+        def native(x, weight, eps):
+            return torch.nn.functional.rms_norm(x, weight.shape, weight, eps)
+
+        return {"torch_composite": (rms_norm_reference, "x*rsqrt(mean(x^2)+eps)*w"),
+                "torch_extension": (ops.rms_norm, "myops::rms_norm"),
+                "torch_rms_norm": (native, "F.rms_norm"),
+                "torch_compile": (rms_norm_reference, "torch.compile(x*rsqrt(mean(x^2)+eps)*w)")}
+    return {"torch_composite": (ops.reference, "x*sigmoid(beta*x)"),
+            "torch_extension": (ops.swish, "myops::swish"),
+            "torch_silu": (lambda t, b: torch.nn.functional.silu(t), "F.silu"),
+            "torch_compile": (ops.reference, "torch.compile(x*sigmoid(beta*x))")}
+
+
 def _torch_callable(spec: dict, x_np):
     import torch
 
@@ -59,24 +82,17 @@ def _torch_callable(spec: dict, x_np):
     from ops.export import build_model
 
     ops.load()
-    beta = spec["beta"]
     x = torch.from_numpy(x_np)
-    activations = {
-        "torch_composite": ops.reference,
-        "torch_extension": ops.swish,
-        "torch_silu": lambda t, b: torch.nn.functional.silu(t),
-        "torch_compile": ops.reference,
-    }
     if spec["row"] == "torch_copy":
         return lambda: x.clone(), "torch.clone"
     if spec["row"] == "torch_copy_into":
         out = torch.empty_like(x)
         return lambda: out.copy_(x), "Tensor.copy_ into a preallocated tensor"
-    model = build_model(spec["workload"], beta=beta, activation=activations[spec["row"]])
+    workload = WORKLOADS[spec["workload"]]
+    function, graph = _torch_functions(workload.op, spec["beta"])[spec["row"]]
+    model = build_model(workload.model_name, beta=spec["beta"], hidden=workload.hidden, activation=function)
     if spec["row"] == "torch_compile":
         model = torch.compile(model)
-    graph = {"torch_composite": "x*sigmoid(beta*x)", "torch_extension": "myops::swish",
-             "torch_silu": "F.silu", "torch_compile": "torch.compile(x*sigmoid(beta*x))"}[spec["row"]]
 
     def call():
         with torch.inference_mode():
@@ -237,13 +253,13 @@ def _graph_nodes(path: Path) -> str:
     return "+".join(sorted(set(names), key=names.index))
 
 
-def _profile_share(trace_path: str) -> float | None:
-    """Share of the run time spent in myops::Swish nodes, from an ORT chrome trace."""
+def _profile_share(trace_path: str, op_type: str = "Swish") -> float | None:
+    """Share of the run time spent in the custom op's nodes (op_type, e.g. Swish), from an ORT chrome trace."""
     events = json.loads(Path(trace_path).read_text())
     runs = sum(e.get("dur", 0) for e in events if e.get("name") == "model_run")
-    swish = sum(e.get("dur", 0) for e in events
-                if e.get("cat") == "Node" and e.get("args", {}).get("op_name") == "Swish" and e["name"].endswith("_kernel_time"))
-    return round(swish / runs, 4) if runs else None
+    custom = sum(e.get("dur", 0) for e in events
+                 if e.get("cat") == "Node" and e.get("args", {}).get("op_name") == op_type and e["name"].endswith("_kernel_time"))
+    return round(custom / runs, 4) if runs else None
 
 
 def _torch_trace(call, prefix: str, calls: int = 10) -> str:
@@ -474,7 +490,10 @@ def measure(spec: dict) -> dict:
         if session is not None and spec.get("profile_prefix"):
             trace = session.end_profiling()
             result["trace"] = trace
-            result["custom_node_share"] = _profile_share(trace) if spec["row"] == "ort_custom" else None
+            from opspec import OPS
+
+            op_type = OPS[WORKLOADS[spec["workload"]].op].onnx_type
+            result["custom_node_share"] = _profile_share(trace, op_type) if spec["row"] == "ort_custom" else None
         elif spec.get("profile_prefix"):
             result["trace"] = _torch_trace(call, spec["profile_prefix"])
     return result

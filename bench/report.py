@@ -33,11 +33,12 @@ FOUR_ROWS = [
 ]
 REFERENCE_ROWS = [
     ("torch.nn.functional.silu", "torch_silu", ""),
+    ("torch.nn.functional.rms_norm", "torch_rms_norm", ""),
     ("torch.compile(composite)", "torch_compile", ""),
     ("copy, PyTorch (clone)", "torch_copy", ""),
     ("copy, PyTorch (copy_ into a preallocated tensor)", "torch_copy_into", ""),
     ("copy, ONNX Runtime (Identity)", "ort_copy", "all"),
-    ("copy, the plugin's myops::Copy (Swish's threading and buffers)", "ort_plugin_copy", "all"),
+    ("copy, the plugin's myops::Copy (the elementwise ops' threading and buffers)", "ort_plugin_copy", "all"),
 ]
 BACKWARD_ROWS = [
     ("PyTorch composite, backward (autograd)", "torch_composite_backward", ""),
@@ -46,8 +47,23 @@ BACKWARD_ROWS = [
 ]
 ALL_ROWS = FOUR_ROWS + REFERENCE_ROWS + BACKWARD_ROWS
 WORKLOAD_TITLES = {"swish": "activation alone", "swish_large": "activation alone, large tensor",
-                   "ffn": "FFN block (Linear 768->3072, Swish, Linear 3072->768)"}
+                   "ffn": "FFN block (Linear 768->3072, Swish, Linear 3072->768)",
+                   "rms_norm": "RMSNorm alone", "rms_norm_4096": "RMSNorm alone, hidden 4096"}
 DTYPES = ["float32", "float16", "bfloat16"]
+
+
+def _op(row: dict) -> str:
+    """The row's op; rows written before the op column were all Swish's."""
+    return row.get("op") or "swish"
+
+
+def _coefficient(row: dict) -> str:
+    """What parametrises the row's op: Swish's beta; RMSNorm's epsilon is the model's default."""
+    if _op(row) == "rms_norm":
+        from opspec import OPS
+
+        return f"eps {OPS['rms_norm'].attributes['epsilon']:g}"
+    return f"beta {row['beta']}"
 
 
 def _pick(rows, row, level, key, value):
@@ -209,19 +225,19 @@ def sampled_summary(entry_dir: Path, rows: list[dict], groups: dict, sweep: list
              "does not differ across opsets is shown once. Every latency figure here is recomputed from samples.csv. "
              f"Memory: {first['memory_method']}. GB/s: the least bytes the workload must move over p50; 'of its floor' "
              "is the fastest copy of the same framework (PyTorch: clone or copy_ into a preallocated tensor; ORT: "
-             "Identity or the plugin's myops::Copy, which runs on Swish's own threading and buffers) over the row "
+             "Identity or the plugin's myops::Copy, which runs on the elementwise ops' threading and buffers) over the row "
              "(1.00 = as fast as that copy).", "",
              "Reading the PyTorch rows: they allocate their output on every call, and the composite two more "
              f"temporaries of the same size. In their timing processes {TORCH_ALLOCATION}; copy_ into a "
              "preallocated tensor allocates nothing. ORT rows write into their arena, which ORT keeps. The paired ratios under Targets compare rows side by side in warm "
              "processes.", "",
-             "![latency](latency.png)", "", "![memory](memory.png)", ""]
+             *chart_links(rows)]
     labels = ALL_ROWS
     for workload in workloads(rows):
         wrows = [r for r in rows if r["workload"] == workload]
         runs = f"{wrows[0]['warmup']} warm-ups and {wrows[0]['runs']} runs per process"
         title = WORKLOAD_TITLES.get(workload, workload)
-        lines += [f"## {title}, {wrows[0]['shape']}, beta {wrows[0]['beta']} ({runs})", ""]
+        lines += [f"## {title}, {wrows[0]['shape']}, {_coefficient(wrows[0])} ({runs})", ""]
         lines += cpu_summary.workload_lines(wrows, groups, labels, SHORT) + [""]
     lines += cpu_summary.isa_lines(list(capped), rows, groups)
     if sweep:
@@ -229,7 +245,7 @@ def sampled_summary(entry_dir: Path, rows: list[dict], groups: dict, sweep: list
         lines += [heading, *_other_run_note(sweep, rows), *rest, "![sweep](sweep.png)", ""]
     shares = [r for r in rows if _f(r.get("custom_node_share"))]
     if shares:
-        lines += ["## Profile", ""] + [f"- {r['workload']} opset {r['opset']}: the myops::Swish node takes "
+        lines += ["## Profile", ""] + [f"- {r['workload']} opset {r['opset']}: the myops custom node takes "
                                        f"{float(r['custom_node_share']) * 100:.1f} % of the session's run time" for r in shares] + [""]
     heading, *rest = _targets_table(targets) or [None]
     return "\n".join(lines + ([heading, *_other_run_note(targets, rows), *rest] if heading else []))
@@ -268,17 +284,17 @@ def summary(entry_dir: Path, rows: list[dict], targets: list[dict]) -> str:
              "one untimed call: the bytes live during a call, without start-up or allocator caching; ORT rows "
              "count their arena's growth, which ORT keeps. The paired ratios under Targets compare rows side by "
              "side in one warm process.", "",
-             "![latency](latency.png)", "", "![memory](memory.png)", ""]
+             *chart_links(rows)]
     for workload in workloads(rows):
         wrows = [r for r in rows if r["workload"] == workload]
         runs = f"{wrows[0]['warmup']} warm-ups, {wrows[0]['runs']} runs"
         for opset in _opsets(wrows):
             title = WORKLOAD_TITLES.get(workload, workload)
-            lines += [f"## {title}, {wrows[0]['shape']}, beta {wrows[0]['beta']}, opset {opset} ({runs})", ""]
+            lines += [f"## {title}, {wrows[0]['shape']}, {_coefficient(wrows[0])}, opset {opset} ({runs})", ""]
             lines += summary_table(wrows, workload, opset) + [""]
     shares = [r for r in rows if _f(r.get("custom_node_share"))]
     if shares:
-        lines += ["## Profile", ""] + [f"- {r['workload']} opset {r['opset']}: the myops::Swish node takes "
+        lines += ["## Profile", ""] + [f"- {r['workload']} opset {r['opset']}: the myops custom node takes "
                                        f"{float(r['custom_node_share']) * 100:.1f} % of the session's run time" for r in shares] + [""]
     lines += _targets_table(targets)
     return "\n".join(lines)
@@ -294,13 +310,13 @@ def _targets_table(targets: list[dict]) -> list[str]:
     if pools:
         lines += [f"ORT sessions in the pairs: {'; '.join(pools)} (a pool per session keeps spinning after "
                   "its run and slows the other side's next run on a 2-core machine).", ""]
-    lines += ["| target | measured [95% CI] | limit | holds | against |", "|---|---|---|---|---|"]
+    lines += ["| target | shape | measured [95% CI] | limit | holds | against |", "|---|---|---|---|---|---|"]
     for t in targets:
         ci = f" [{float(t['ci_low']):.3f}-{float(t['ci_high']):.3f}]" if t.get("ci_low") else ""
         holds = "yes" if t["holds"] == "True" else "NO"
         if t.get("ci_low") and _f(t["ci_low"]) <= _f(t["limit"]) <= _f(t["ci_high"]):
             holds += " (its interval spans the limit: within noise of it)"
-        lines.append(f"| {t['target']} | {float(t['median_ratio']):.3f}x{ci} | {t['limit']} "
+        lines.append(f"| {t['target']} | {t.get('shape') or '-'} | {float(t['median_ratio']):.3f}x{ci} | {t['limit']} "
                      f"| {holds} | {t.get('note') or t['denominator']} |")
     return lines + [""]
 
@@ -334,12 +350,28 @@ def _gpu_summary(entry: str, rows: list[dict], targets: list[dict], dtypes: list
     return "\n".join(lines + _targets_table(targets))
 
 
+def chart_names(rows: list[dict]) -> dict[str, tuple[str, str]]:
+    """Per op, its latency and memory charts: Swish's keep their names, other ops' are prefixed."""
+    ops = sorted({_op(r) for r in rows}, key=lambda op: (op != "swish", op))
+    return {op: ("latency.png", "memory.png") if op == "swish" else (f"{op}_latency.png", f"{op}_memory.png")
+            for op in ops}
+
+
 def charts(entry_dir: Path, rows: list[dict]) -> bool:
     if not charts_possible():
         return False
-    chart(rows, entry_dir.name, "p50_ms", entry_dir / "latency.png")
-    chart(rows, entry_dir.name, "peak_mb", entry_dir / "memory.png")
+    for op, (latency, memory) in chart_names(rows).items():
+        mine = [r for r in rows if _op(r) == op]
+        chart(mine, entry_dir.name, "p50_ms", entry_dir / latency)
+        chart(mine, entry_dir.name, "peak_mb", entry_dir / memory)
     return True
+
+
+def chart_links(rows: list[dict]) -> list[str]:
+    lines = []
+    for op, (latency, memory) in chart_names(rows).items():
+        lines += [f"![{op} latency]({latency})", "", f"![{op} memory]({memory})", ""]
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -372,7 +404,8 @@ def main(argv: list[str] | None = None) -> int:
         text = (sampled_summary(entry_dir, rows, groups, sweep, targets, capped) if sampled
                 else summary(entry_dir, rows, targets))
         write_text_atomic(entry_dir / "summary.md", text)
-        print(f"[report] {entry_dir}/summary.md" + (", latency.png, memory.png" + (", sweep.png" if sweep else "")
+        drawn_names = [name for pair in chart_names(rows).values() for name in pair]
+        print(f"[report] {entry_dir}/summary.md" + (", " + ", ".join(drawn_names) + (", sweep.png" if sweep else "")
                                                    if drawn else
                                                    " (no matplotlib here: charts skipped, run `nox -s report` later)"))
     if charts_possible():

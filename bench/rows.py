@@ -11,7 +11,7 @@ from pathlib import Path
 from .workloads import WORKLOADS, percentiles_ms
 
 COLUMNS = [
-    "entry", "workload", "row", "dtype", "shape", "beta", "opset", "exporter", "ort_opt_level", "ort_graph_nodes",
+    "entry", "workload", "op", "row", "dtype", "shape", "beta", "opset", "exporter", "ort_opt_level", "ort_graph_nodes",
     "execution_provider", "tf32", "threads", "isa", "warmup", "runs", "processes", "p20_ms", "p50_ms", "p80_ms", "ci_low_ms",
     "ci_high_ms", "process_spread", "device_ms",
     "timing_method", "peak_mb", "memory_method",
@@ -45,25 +45,27 @@ def ort_row_specs(common: dict, models: dict, plugin: str) -> list[dict]:
     return specs
 
 
-def write_copy_model(path: Path, opset: int, domain: str = "", op_type: str = "Identity") -> str:
-    """x -> Identity -> y on (batch, seq, 768): ORT's copy floor, written without the onnx package
+def write_copy_model(path: Path, opset: int, domain: str = "", op_type: str = "Identity", hidden: int = 768) -> str:
+    """x -> Identity -> y on (batch, seq, hidden): ORT's copy floor, written without the onnx package
     (domain "myops", op_type "Copy": the plugin's)."""
     from ort_plugin.onnx_file import one_node_model
 
-    Path(path).write_bytes(one_node_model(domain, op_type, opset=opset, shape=("batch", "seq", WORKLOADS["swish"].hidden)))
+    Path(path).write_bytes(one_node_model(domain, op_type, opset=opset, shape=("batch", "seq", hidden)))
     return str(path)
 
 
-def copy_models(directory: Path, opset: int) -> dict:
+def copy_models(directory: Path, opset: int, hidden: int = 768) -> dict:
     """Both ORT-side copy floors for one opset: {"copy": Identity, "plugin_copy": myops::Copy}."""
-    return {"copy": write_copy_model(Path(directory) / f"copy-opset{opset}.onnx", opset),
-            "plugin_copy": write_copy_model(Path(directory) / f"plugin-copy-opset{opset}.onnx", opset, "myops", "Copy")}
+    return {"copy": write_copy_model(Path(directory) / f"copy-h{hidden}-opset{opset}.onnx", opset, hidden=hidden),
+            "plugin_copy": write_copy_model(Path(directory) / f"plugin-copy-h{hidden}-opset{opset}.onnx", opset, "myops",
+                                            "Copy", hidden=hidden)}
 
 
 def record(entry: str, spec: dict, measured: dict, facts: dict) -> dict:
     """One CSV row from a bench.measure spec, what it measured and the provenance facts."""
     return {
-        "entry": entry, "workload": spec["workload"], "row": spec["row"], "dtype": "float32",
+        "entry": entry, "workload": spec["workload"], "op": WORKLOADS[spec["workload"]].op, "row": spec["row"],
+        "dtype": "float32",
         "shape": "x".join(map(str, WORKLOADS[spec["workload"]].shape)), "beta": spec["beta"],
         "opset": spec.get("opset"), "exporter": spec.get("exporter"), "ort_opt_level": spec.get("ort_opt_level"),
         "ort_graph_nodes": measured["graph"], "execution_provider": measured["execution_provider"],

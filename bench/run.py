@@ -27,7 +27,7 @@ from .rows import COLUMNS, copy_models, derive, file_sha256, ort_row_specs, reco
 from .cpu_paths import PATHS, capped_specs, chosen, runnable
 from .measure import timing_child_env
 from .rows import write as write_rows
-from .workloads import GPU_ONLY_WORKLOADS, WORKLOADS
+from .workloads import GPU_ONLY_WORKLOADS, NATIVE_ROWS, WORKLOADS
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "results"
@@ -38,11 +38,14 @@ def plan(args, opsets: list[int], models: dict, plugin: str) -> list[dict]:
     """Every row to measure, as specs for bench.measure."""
     specs = []
     for name in args.workload:
-        runs = dict(warmup=args.warmup, runs=args.runs) if name == "swish" else \
+        workload = WORKLOADS[name]
+        runs = dict(warmup=args.warmup, runs=args.runs) if workload.op_alone else \
             dict(warmup=args.ffn_warmup, runs=args.ffn_runs, rounds=args.ffn_rounds)
         common = dict(workload=name, beta=args.beta, threads=args.threads, **runs)
-        torch_rows = ["torch_composite", "torch_extension"] + (["torch_silu"] if args.beta == 1.0 else [])
-        torch_rows += ["torch_copy", "torch_copy_into"] if name == "swish" else []
+        native = NATIVE_ROWS[workload.op]
+        # F.silu is Swish at beta 1 only.
+        torch_rows = ["torch_composite", "torch_extension"] + ([native] if workload.op != "swish" or args.beta == 1.0 else [])
+        torch_rows += ["torch_copy", "torch_copy_into"] if workload.op_alone else []
         specs += [dict(common, row=row) for row in torch_rows]
         # A reference row whose every process first compiles for ~8 s: measured in the first round only.
         specs += [] if args.no_compile else [dict(common, row="torch_compile", rounds=1)]
@@ -56,15 +59,17 @@ def export_models(args, opsets: list[int], out: Path) -> dict:
 
     models = {}
     for name in args.workload:
+        workload = WORKLOADS[name]
         for opset in opsets:
             paths = {}
             for lowering in ("custom", "decomposed"):
-                result = E.export(name, exporter=args.exporter, lowering=lowering, opset=opset, beta=args.beta,
+                result = E.export(workload.model_name, exporter=args.exporter, lowering=lowering, opset=opset,
+                                  beta=args.beta, export_shape=(2, 16, workload.hidden),
                                   path=out / f"{name}-{lowering}-{args.exporter}-opset{opset}.onnx")
                 paths[lowering] = result.path
                 print(f"[bench] exported {name} {lowering} opset {opset}: {result.graph}", flush=True)
-            if name == "swish":
-                paths.update(copy_models(out, opset))
+            if workload.op_alone:
+                paths.update(copy_models(out, opset, workload.hidden))
             models[(name, opset)] = paths
     return models
 
@@ -120,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.splitlines()[0])
     parser.add_argument("--entry", default=matrix.DEFAULT_ENTRY, help="matrix entry (default: cpu)")
     parser.add_argument("--workload", nargs="+", choices=sorted(set(WORKLOADS) - set(GPU_ONLY_WORKLOADS)),
-                        default=["swish", "ffn"])
+                        default=["swish", "ffn", "rms_norm", "rms_norm_4096"])
     parser.add_argument("--beta", type=float, default=1.0)
     parser.add_argument("--threads", type=int, default=os.cpu_count(), help="torch and ORT intra-op threads")
     parser.add_argument("--warmup", type=int, default=10)
@@ -200,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[bench] {len(specs)} rows x {args.rounds} rounds, each in a fresh process", flush=True)
         measured = measure_rounds(
             specs, args.rounds,
-            lambda s: f"{s['workload']:5} {s['row']:15} {s.get('ort_opt_level', ''):5} opset {s.get('opset', '-')}"
+            lambda s: f"{s['workload']:13} {s['row']:15} {s.get('ort_opt_level', ''):5} opset {s.get('opset', '-')}"
                       + (f" isa {s['isa']}" if s.get("isa") else ""))
         rows, samples = [], []
         for spec, results in zip(specs, measured):
@@ -216,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
             samples += sweep_samples
             print(f"[bench] sweep measured ({time.perf_counter() - started:.0f} s since start)", flush=True)
         target_rows = []
-        if not args.no_targets and "swish" in args.workload:
+        if not args.no_targets and {"swish", "rms_norm", "rms_norm_4096"} & set(args.workload):
             from .targets import measure_targets
 
             target_rows = measure_targets(args, models, plugin, rows, facts)

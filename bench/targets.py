@@ -29,7 +29,7 @@ from .workloads import WORKLOADS
 REPO = Path(__file__).resolve().parent.parent
 PAIRS_TIMEOUT_S = 1800
 ORT_THREAD_POOL = "one intra-op pool shared by the sessions"
-TARGET_COLUMNS = ["entry", "target", "numerator", "denominator", "shape", "median_ratio", "ci_low", "ci_high", "limit",
+TARGET_COLUMNS = ["entry", "op", "target", "numerator", "denominator", "shape", "median_ratio", "ci_low", "ci_high", "limit",
                   "holds", "pairs", "processes", "process_spread", "threads", "opset", "ort_thread_pool", "note",
                   "git_sha", "timestamp"]
 # (name, numerator, denominators, limit): the target holds when median(A/B) <= limit. Where several
@@ -42,6 +42,13 @@ TARGETS = [
     ("ORT custom op vs ONNX Swish-24 (ORT's own kernel)", "ort_custom_newest", ("ort_standard_swish",), 1.0),
     ("extension op vs F.silu", "torch_extension", ("torch_silu",), 1.0),
     ("extension op vs PyTorch composite", "torch_extension", ("torch_composite",), 0.7),
+]
+# RMSNorm's, at each rms_norm workload (8x512x768, 8x512x4096): ORT's own kernel for the decomposed
+# graph is the SimplifiedLayerNormalization its default level fuses it into.
+RMS_NORM_TARGETS = [
+    ("extension op vs F.rms_norm", "torch_extension", ("torch_rms_norm",), 1.0),
+    ("ORT custom op vs ORT composite (default level: SimplifiedLayerNormalization)", "ort_custom",
+     ("ort_composite_all",), 1.0),
 ]
 COPY_NAMES = {"ort_plugin_copy": "the plugin's myops::Copy", "ort_copy": "ORT's Identity",
               "torch_copy_into": "copy_ into a preallocated tensor", "torch_copy": "clone"}
@@ -105,6 +112,35 @@ def _callables(spec: dict, x_np) -> dict:
     return calls
 
 
+def _rms_norm_callables(spec: dict, paths: dict, x_np) -> dict:
+    import onnxruntime as ort
+    import torch
+
+    import ops
+    from ops.export import build_model
+    from ort_plugin import register
+
+    x = torch.from_numpy(x_np)
+    model = build_model("rms_norm", hidden=x_np.shape[-1])  # the weight the exported models hold
+    weight, eps = model.weight.detach(), model.eps
+
+    def session(path, with_plugin=False):
+        options = ort.SessionOptions()
+        options.use_per_session_threads = False
+        options.log_severity_level = 3
+        if with_plugin:
+            register(options, spec["plugin"])
+        s = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+        return lambda: s.run(None, {"x": x_np})
+
+    return {
+        "ort_custom": session(paths["custom"], with_plugin=True),
+        "ort_composite_all": session(paths["decomposed"]),
+        "torch_extension": lambda: ops.rms_norm(x, weight, eps),
+        "torch_rms_norm": lambda: torch.nn.functional.rms_norm(x, weight.shape, weight, eps),
+    }
+
+
 def paired_ratios(a, b, pairs: int, warmup: int = 10) -> list[float]:
     """t(a) / t(b) of each pair, timed back to back; the order alternates between pairs, so that
     neither side always inherits the other's cache and thread-pool state."""
@@ -141,7 +177,14 @@ def _child(spec: dict) -> list[dict]:
     import numpy as np
 
     _setup(spec)
-    measured = _measure(spec, _callables(spec, WORKLOADS["swish"].input(seed=0)), TARGETS, spec["pairs"])
+    measured = []
+    for name, paths in spec.get("rms_norm", {}).items():
+        workload = WORKLOADS[name]
+        measured += _measure(spec, _rms_norm_callables(spec, paths, workload.input(seed=0)), RMS_NORM_TARGETS,
+                             spec["pairs"], shape="x".join(map(str, workload.shape)), op="rms_norm")
+    if not spec.get("models"):
+        return measured
+    measured += _measure(spec, _callables(spec, WORKLOADS["swish"].input(seed=0)), TARGETS, spec["pairs"])
     if spec.get("dram"):
         large = np.random.default_rng(1).standard_normal(DRAM_SHAPE, dtype=np.float32)
         measured += _measure(spec, _callables(spec, large), DRAM_TARGETS, max(10, spec["pairs"] // 10),
@@ -149,7 +192,7 @@ def _child(spec: dict) -> list[dict]:
     return measured
 
 
-def _measure(spec: dict, calls: dict, targets: list, pairs: int, shape: str | None = None) -> list[dict]:
+def _measure(spec: dict, calls: dict, targets: list, pairs: int, shape: str | None = None, op: str = "swish") -> list[dict]:
     """This process's paired ratios of every target, per denominator."""
     measured = []
     for name, numerator, denominators, limit in targets:
@@ -157,7 +200,7 @@ def _measure(spec: dict, calls: dict, targets: list, pairs: int, shape: str | No
         if numerator not in calls or not present:
             continue
         by_floor = {d: paired_ratios(calls[numerator], calls[d], pairs, warmup=3 if shape else 10) for d in present}
-        measured.append(dict(target=name, numerator=numerator, by_floor=by_floor, limit=limit, pairs=pairs,
+        measured.append(dict(target=name, op=op, numerator=numerator, by_floor=by_floor, limit=limit, pairs=pairs,
                              shape=shape or "x".join(map(str, WORKLOADS["swish"].shape))))
     return measured
 
@@ -169,7 +212,8 @@ def combine(per_process: list[list[dict]]) -> list[dict]:
 
     combined = []
     for first in per_process[0]:
-        mine = [m for process in per_process for m in process if m["target"] == first["target"]]
+        mine = [m for process in per_process for m in process
+                if (m["target"], m["shape"]) == (first["target"], first["shape"])]
         groups = {d: [m["by_floor"][d] for m in mine] for d in first["by_floor"]}
         pooled = {d: statistics.median([r for g in gs for r in g]) for d, gs in groups.items()}
         denominator = max(pooled, key=pooled.get)
@@ -183,20 +227,29 @@ def combine(per_process: list[list[dict]]) -> list[dict]:
 
 def measure_targets(args, models: dict, plugin: str, rows: list[dict], facts: dict) -> list[dict]:
     from ops.export import uses_standard_swish
+    from ops.rms_norm_onnx import uses_standard as uses_standard_rms_norm
 
+    paths, opset, newest = {}, None, None
     opsets = sorted(opset for (name, opset) in models if name == "swish")
-    newest = opsets[-1]
-    composite = [o for o in opsets if not uses_standard_swish(o)]
-    opset = composite[-1] if composite else newest  # the newest opset whose decomposed graph is Mul/Sigmoid
-    paths = {key: str(value) for key, value in models[("swish", opset)].items()}
-    if newest != opset:
-        paths["newest_custom"] = str(models[("swish", newest)]["custom"])
-        paths["newest_decomposed"] = str(models[("swish", newest)]["decomposed"])
+    if opsets:
+        newest = opsets[-1]
+        composite = [o for o in opsets if not uses_standard_swish(o)]
+        opset = composite[-1] if composite else newest  # the newest opset whose decomposed graph is Mul/Sigmoid
+        paths = {key: str(value) for key, value in models[("swish", opset)].items()}
+        if newest != opset:
+            paths["newest_custom"] = str(models[("swish", newest)]["custom"])
+            paths["newest_decomposed"] = str(models[("swish", newest)]["decomposed"])
+    # RMSNorm at the newest opset whose decomposed graph is Pow..Mul, which ORT fuses.
+    rms_opsets = sorted({o for (name, o) in models if WORKLOADS[name].op == "rms_norm"
+                         and not uses_standard_rms_norm(o, args.exporter)})
+    rms_opset = rms_opsets[-1] if rms_opsets else None
+    rms_norm = {name: {key: str(value) for key, value in models[(name, o)].items()}
+                for (name, o) in models if WORKLOADS[name].op == "rms_norm" and o == rms_opset}
     spec = dict(threads=args.threads, beta=args.beta, pairs=args.pairs, plugin=str(plugin), models=paths,
-                dram=not getattr(args, "quick", False))
+                rms_norm=rms_norm, dram=not getattr(args, "quick", False))
     processes = getattr(args, "target_processes", 3)
     print(f"[bench] paired target ratios ({args.pairs} alternating pairs each in {processes} processes, opset "
-          f"{opset}, ORT sessions sharing one thread pool):", flush=True)
+          f"{opset or rms_opset} (RMSNorm: {rms_opset}), ORT sessions sharing one thread pool):", flush=True)
     env = timing_child_env(REPO)
     per_process = []
     for number in range(1, processes + 1):
@@ -209,14 +262,14 @@ def measure_targets(args, models: dict, plugin: str, rows: list[dict], facts: di
         print(f"[targets {number}/{processes}] ({time.perf_counter() - started:.0f} s)", flush=True)
     results = []
     for m in combine(per_process):
-        print(f"  {m['target']:48} {m['ratio']:6.3f}x [{m['ci_low']:.3f}-{m['ci_high']:.3f}]  (target <= {m['limit']}x)  "
+        print(f"  {m['target'] + ' ' + m['shape']:64} {m['ratio']:6.3f}x [{m['ci_low']:.3f}-{m['ci_high']:.3f}]  (target <= {m['limit']}x)  "
               f"{'OK' if m['ratio'] <= m['limit'] else 'MISSED'}  {m['note']}", flush=True)
-        results.append(dict(entry=args.entry, target=m["target"], numerator=m["numerator"],
+        results.append(dict(entry=args.entry, op=m["op"], target=m["target"], numerator=m["numerator"],
                             denominator=m["denominator"], shape=m["shape"], median_ratio=round(m["ratio"], 4),
                             ci_low=round(m["ci_low"], 4), ci_high=round(m["ci_high"], 4), limit=m["limit"],
                             holds=m["ratio"] <= m["limit"], pairs=m["pairs"], processes=m["processes"],
                             process_spread=round(m["process_spread"], 4), threads=args.threads,
-                            opset=newest if m["numerator"].endswith("_newest") else opset,
+                            opset=newest if m["numerator"].endswith("_newest") else rms_opset if m["op"] == "rms_norm" else opset,
                             ort_thread_pool=ORT_THREAD_POOL, note=m["note"], git_sha=facts["git_sha"],
                             timestamp=facts["timestamp"]))
     # Memory: fused rows must peak below their composite rows (fresh-process figures of this run).
@@ -230,7 +283,7 @@ def measure_targets(args, models: dict, plugin: str, rows: list[dict], facts: di
             ratio = peaks[fused] / peaks[composite] if peaks[composite] else float("inf")
             holds = peaks[fused] < peaks[composite]
             print(f"  {name:48} {peaks[fused]:.1f} MB vs {peaks[composite]:.1f} MB  {'OK' if holds else 'MISSED'}", flush=True)
-            results.append(dict(entry=args.entry, target=name, numerator=fused[0], denominator=composite[0],
+            results.append(dict(entry=args.entry, op="swish", target=name, numerator=fused[0], denominator=composite[0],
                                 shape="x".join(map(str, WORKLOADS["swish"].shape)), median_ratio=round(ratio, 4), limit="< 1", holds=holds, pairs=1, threads=args.threads,
                                 opset=opset, ort_thread_pool="", git_sha=facts["git_sha"],
                                 timestamp=facts["timestamp"]))

@@ -20,7 +20,7 @@ namespace rms_norm {
 
 // Partial sums kept apart in a reduction: one AVX-512 vector, two AVX2 ones, four NEON ones.
 // Their count, not the ISA, fixes the order of additions.
-inline constexpr int kLanes = 16;
+inline constexpr int kLanes = 64;
 
 namespace detail {
 

@@ -60,6 +60,7 @@ def test_writes_rows_samples_sweep_targets_charts_and_summary(ext, plugin_path, 
     sweep = _csv(tmp_path / "cpu" / "sweep.csv")
     assert len(sweep) == len(SWEEP_ROWS) * len(SEQ) and {s["regime"] for s in sweep} <= {"L2", "L3", "DRAM", "unknown"}
     assert len([s for s in samples if s["workload"] == "sweep"]) >= len(SWEEP_ROWS) * len(SEQ) * 3
+    assert {r["op"] for r in rows.values()} == {"swish"}
     targets = _csv(tmp_path / "cpu" / "targets.csv")
     # 5 paired (no Swish-24 at opset 18), the two floor targets again on a DRAM-sized tensor, 2 of memory
     assert len(targets) == 9 and all(t["holds"] in ("True", "False") for t in targets)
@@ -75,6 +76,34 @@ def test_writes_rows_samples_sweep_targets_charts_and_summary(ext, plugin_path, 
     for name in ("latency.png", "memory.png", "sweep.png"):
         assert (tmp_path / "cpu" / name).stat().st_size > 0
     assert (tmp_path / "bench_all.csv").is_file() and (tmp_path / "across_entries.png").is_file()
+
+
+def test_rms_norm_rows_targets_and_charts(ext, plugin_path, tmp_path):
+    process = subprocess.run([sys.executable, "-m", "bench.run", "--workload", "rms_norm", "--runs", "3", "--warmup", "1",
+                              "--pairs", "5", "--no-compile", "--opsets", "18", "--rounds", "1", "--target-processes",
+                              "1", "--results", str(tmp_path)], cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)),
+                             capture_output=True, text=True, timeout=900)
+    assert process.returncode == 0, process.stdout[-3000:] + process.stderr[-3000:]
+    rows = {(r["row"], r["ort_opt_level"]): r for r in _csv(tmp_path / "cpu" / "bench.csv")}
+    assert set(rows) == {("torch_composite", ""), ("torch_extension", ""), ("torch_rms_norm", ""), ("torch_copy", ""),
+                         ("torch_copy_into", ""), ("ort_composite", "all"), ("ort_composite", "basic"),
+                         ("ort_custom", "all"), ("ort_copy", "all"), ("ort_plugin_copy", "all")}
+    assert {r["op"] for r in rows.values()} == {"rms_norm"}
+    # What ORT ran: its fused kernel at the default level, the six nodes at BASIC, ours with the plugin.
+    assert rows[("ort_composite", "all")]["ort_graph_nodes"] == "SimplifiedLayerNormalization"
+    assert rows[("ort_composite", "basic")]["ort_graph_nodes"] == "Pow+ReduceMean+Add+Sqrt+Div+Mul"
+    assert rows[("ort_custom", "all")]["ort_graph_nodes"] == "myops::RMSNorm"
+    assert rows[("torch_rms_norm", "")]["ort_graph_nodes"] == "F.rms_norm"
+    targets = _csv(tmp_path / "cpu" / "targets.csv")
+    assert {(t["op"], t["target"]) for t in targets} == {
+        ("rms_norm", "extension op vs F.rms_norm"),
+        ("rms_norm", "ORT custom op vs ORT composite (default level: SimplifiedLayerNormalization)")}
+    assert all(t["shape"] == "8x512x768" and t["opset"] == "18" for t in targets)
+    summary = (tmp_path / "cpu" / "summary.md").read_text()
+    assert "## RMSNorm alone, 8x512x768, eps 1e-06" in summary and "| torch.nn.functional.rms_norm |" in summary
+    for name in ("rms_norm_latency.png", "rms_norm_memory.png"):
+        assert (tmp_path / "cpu" / name).stat().st_size > 0
+    assert not (tmp_path / "cpu" / "latency.png").exists()  # Swish's charts: no Swish rows here
 
 
 def test_an_interrupted_run_leaves_the_previous_results(ext, plugin_path, tmp_path):
