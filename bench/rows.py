@@ -32,7 +32,8 @@ def ort_row_specs(common: dict, models: dict, plugin: str) -> list[dict]:
     """The ONNX Runtime rows of one workload and opset: composite at the default level and at BASIC,
     the plugin's custom op, and (activation alone) the copy floors: ORT's Identity and the plugin's Copy.
 
-    models: {"decomposed": path, "custom": path, "copy": path, "plugin_copy": path (the last two: swish only)}.
+    models: {"decomposed": path, "custom": path, "copy": path, "plugin_copy": path (the last two: workloads
+    of the op alone, Workload.op_alone)}.
     """
     specs = [dict(common, row="ort_composite", ort_opt_level="all", model_path=models["decomposed"]),
              dict(common, row="ort_composite", ort_opt_level="basic", model_path=models["decomposed"]),

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from lab import matrix, provenance
-from lab.files import write_csv_atomic
+from lab.files import upsert_csv, write_csv_atomic
 
 from .rows import COLUMNS, copy_models, derive, file_sha256, ort_row_specs, record, samples_of, timing_figures  # noqa: F401 (COLUMNS: imported from here elsewhere)
 from .cpu_paths import PATHS, capped_specs, chosen, runnable
@@ -43,8 +43,9 @@ def plan(args, opsets: list[int], models: dict, plugin: str) -> list[dict]:
             dict(warmup=args.ffn_warmup, runs=args.ffn_runs, rounds=args.ffn_rounds)
         common = dict(workload=name, beta=args.beta, threads=args.threads, **runs)
         native = NATIVE_ROWS[workload.op]
-        # F.silu is Swish at beta 1 only.
-        torch_rows = ["torch_composite", "torch_extension"] + ([native] if workload.op != "swish" or args.beta == 1.0 else [])
+        # F.silu is Swish at beta 1 only; F.rms_norm came with torch 2.4.
+        has_native = args.beta == 1.0 if workload.op == "swish" else native_available(workload.op)
+        torch_rows = ["torch_composite", "torch_extension"] + ([native] if has_native else [])
         torch_rows += ["torch_copy", "torch_copy_into"] if workload.op_alone else []
         specs += [dict(common, row=row) for row in torch_rows]
         # A reference row whose every process first compiles for ~8 s: measured in the first round only.
@@ -52,6 +53,12 @@ def plan(args, opsets: list[int], models: dict, plugin: str) -> list[dict]:
         for opset in opsets:
             specs += ort_row_specs(dict(common, opset=opset, exporter=args.exporter), models[(name, opset)], plugin)
     return specs + capped_specs(specs, args.isa_paths)
+
+
+def native_available(op: str) -> bool:
+    import torch
+
+    return op != "rms_norm" or hasattr(torch.nn.functional, "rms_norm")
 
 
 def export_models(args, opsets: list[int], out: Path) -> dict:
@@ -76,7 +83,7 @@ def export_models(args, opsets: list[int], out: Path) -> dict:
 
 def run_child(module: str, spec: dict) -> dict:
     env = timing_child_env(REPO)
-    if spec.get("isa"):  # kernels/swish.h reads the cap once, when it loads
+    if spec.get("isa"):  # kernels/cpu_isa.h reads the cap once, when a library loads
         env["MYOPS_CPU_ISA"] = spec["isa"]
     result = subprocess.run([sys.executable, "-m", module, json.dumps(spec)], capture_output=True, text=True,
                             timeout=ROW_TIMEOUT_S, env=env, cwd=REPO)
@@ -235,7 +242,8 @@ def main(argv: list[str] | None = None) -> int:
     if target_rows:
         from .targets import TARGET_COLUMNS
 
-        write_csv_atomic(out_dir / "targets.csv", target_rows, TARGET_COLUMNS)
+        # Merged, as bench.csv is: a run of one op's workloads keeps the other op's targets.
+        upsert_csv(out_dir / "targets.csv", target_rows, TARGET_COLUMNS, ["entry", "target", "shape"])
     print(f"[bench] wrote {len(rows)} rows to {out_dir / 'bench.csv'} and {args.results / 'bench_all.csv'}", flush=True)
 
     from .report import main as report_main

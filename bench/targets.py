@@ -133,12 +133,14 @@ def _rms_norm_callables(spec: dict, paths: dict, x_np) -> dict:
         s = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
         return lambda: s.run(None, {"x": x_np})
 
-    return {
+    calls = {
         "ort_custom": session(paths["custom"], with_plugin=True),
         "ort_composite_all": session(paths["decomposed"]),
         "torch_extension": lambda: ops.rms_norm(x, weight, eps),
-        "torch_rms_norm": lambda: torch.nn.functional.rms_norm(x, weight.shape, weight, eps),
     }
+    if hasattr(torch.nn.functional, "rms_norm"):  # torch >= 2.4; without it that target is left out
+        calls["torch_rms_norm"] = lambda: torch.nn.functional.rms_norm(x, weight.shape, weight, eps)
+    return calls
 
 
 def paired_ratios(a, b, pairs: int, warmup: int = 10) -> list[float]:
@@ -188,18 +190,19 @@ def _child(spec: dict) -> list[dict]:
     if spec.get("dram"):
         large = np.random.default_rng(1).standard_normal(DRAM_SHAPE, dtype=np.float32)
         measured += _measure(spec, _callables(spec, large), DRAM_TARGETS, max(10, spec["pairs"] // 10),
-                             shape="x".join(map(str, DRAM_SHAPE)))
+                             shape="x".join(map(str, DRAM_SHAPE)), warmup=3)
     return measured
 
 
-def _measure(spec: dict, calls: dict, targets: list, pairs: int, shape: str | None = None, op: str = "swish") -> list[dict]:
+def _measure(spec: dict, calls: dict, targets: list, pairs: int, shape: str | None = None, op: str = "swish",
+             warmup: int = 10) -> list[dict]:
     """This process's paired ratios of every target, per denominator."""
     measured = []
     for name, numerator, denominators, limit in targets:
         present = [d for d in denominators if d in calls and not (spec["beta"] != 1.0 and d == "torch_silu")]
         if numerator not in calls or not present:
             continue
-        by_floor = {d: paired_ratios(calls[numerator], calls[d], pairs, warmup=3 if shape else 10) for d in present}
+        by_floor = {d: paired_ratios(calls[numerator], calls[d], pairs, warmup=warmup) for d in present}
         measured.append(dict(target=name, op=op, numerator=numerator, by_floor=by_floor, limit=limit, pairs=pairs,
                              shape=shape or "x".join(map(str, WORKLOADS["swish"].shape))))
     return measured

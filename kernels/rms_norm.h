@@ -18,8 +18,9 @@
 
 namespace rms_norm {
 
-// Partial sums kept apart in a reduction: one AVX-512 vector, two AVX2 ones, four NEON ones.
-// Their count, not the ISA, fixes the order of additions.
+// Partial sums kept apart in a reduction: four AVX-512 vectors, eight AVX2 ones, sixteen NEON ones,
+// so that several FMA chains run at once (with 16, the AVX-512 loop waited on one chain). Their
+// count, not the ISA, fixes the order of additions.
 inline constexpr int kLanes = 64;
 
 namespace detail {
@@ -68,12 +69,14 @@ inline void backward_row_plain(const T* grad, const T* x, const T* w, T* dx, T* 
   }
 }
 
+// flatten: the row templates are inlined into each clone, so each is compiled for the clone's target
+// (GCC may otherwise call one shared out-of-line copy built for the baseline).
 #define RMS_NORM_DEFINE_ROWS(SUFFIX, ATTRIBUTES)                                                    \
-  ATTRIBUTES inline void forward_rows_##SUFFIX(const float* x, const float* w, float* y, int64_t rows, \
+  ATTRIBUTES __attribute__((flatten)) inline void forward_rows_##SUFFIX(const float* x, const float* w, float* y, int64_t rows, \
                                                int64_t cols, float eps) {                           \
     for (int64_t r = 0; r < rows; ++r) forward_row_plain(x + r * cols, w, y + r * cols, cols, eps); \
   }                                                                                                 \
-  ATTRIBUTES inline void backward_rows_##SUFFIX(const float* grad, const float* x, const float* w,  \
+  ATTRIBUTES __attribute__((flatten)) inline void backward_rows_##SUFFIX(const float* grad, const float* x, const float* w,  \
                                                 float* dx, float* dw, int64_t rows, int64_t cols,   \
                                                 float eps) {                                        \
     for (int64_t r = 0; r < rows; ++r) {                                                            \
@@ -81,8 +84,7 @@ inline void backward_row_plain(const T* grad, const T* x, const T* w, T* dx, T* 
     }                                                                                               \
   }
 
-// NOTE: the row functions are templates, so each clone below gets its own copy compiled for its
-// target (GCC inlines them into the attributed caller): the same source, three instruction sets.
+// The same source, three instruction sets.
 RMS_NORM_DEFINE_ROWS(baseline, )
 #if MYOPS_X86_DISPATCH
 RMS_NORM_DEFINE_ROWS(avx2, MYOPS_TARGET_AVX2)
@@ -92,7 +94,8 @@ RMS_NORM_DEFINE_ROWS(avx512, MYOPS_TARGET_AVX512)
 
 }  // namespace detail
 
-// y[rows, cols] = RMSNorm(x[rows, cols]) * w[cols]. On aarch64 the baseline is GCC's NEON code.
+// y[rows, cols] = RMSNorm(x[rows, cols]) * w[cols]. On aarch64 every path, MYOPS_CPU_ISA=baseline
+// included, is GCC's NEON code for the plain loops.
 inline void forward_rows(const float* x, const float* w, float* y, int64_t rows, int64_t cols, float eps) {
 #if MYOPS_X86_DISPATCH
   switch (cpu_isa::isa()) {

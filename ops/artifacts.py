@@ -73,7 +73,9 @@ def write(out: Path, *, exporters, opsets, log=print) -> dict:
                                           path=staging / name)
                         log(f"[artifacts] {name}: {result.graph}")
                         manifest["models"].append({"file": name, "model": model_name, "op": result.op, "lowering": lowering,
-                                                   "exporter": exporter, "opset": opset, "beta": beta,
+                                                   "exporter": exporter, "opset": opset,
+                                                   **({"eps": E.rms_norm_onnx.DEFAULT_EPSILON}
+                                                      if result.op == "rms_norm" else {"beta": beta}),
                                                    "inputs": inputs, "reference": reference})
         for path in sorted(staging.iterdir()):
             manifest["files"][path.name] = sha256(path)

@@ -176,7 +176,7 @@ def bench(args) -> int:
                 if item is None:
                     raise ArtifactError(f"no {workload} {lowering} model for {exporter} opset {opset} in {args.artifacts}; "
                                         f"it has opsets {sorted({m['opset'] for m in models})}")
-                paths[lowering], beta = str(Path(args.artifacts) / item["file"]), item["beta"]
+                paths[lowering], beta = str(Path(args.artifacts) / item["file"]), item.get("beta", 1.0)
             if model_of[workload] == "swish":  # the plugin's Copy floor is a CPU kernel: Identity alone on a GPU
                 paths.update({"copy": write_copy_model(Path(tmp) / f"copy-opset{opset}.onnx", opset)} if on_gpu
                              else copy_models(Path(tmp), opset))

@@ -10,7 +10,9 @@ What it does:
   3. the child drives the plugin through onnxruntime: many shapes (empty, scalar, odd, beyond one
      ParallelFor chunk), 1 to 4 intra-op threads, several betas, inf/nan, concurrent runs, session
      create/destroy cycles, and the error paths (beta of the wrong type, a double input), checking
-     every output against numpy;
+     every output against numpy; then myops::RMSNorm: widths around the vector and lane sizes, rows
+     beyond one task, several epsilons, concurrent runs, and its errors (a scale of the wrong length,
+     epsilon of the wrong type);
   4. prints "sanitizers clean" and exits 0, or exits 1 with the sanitizer's report.
 
 Any ASan or UBSan report ends the child at once with a non-zero status (halt_on_error, and the build's
@@ -216,9 +218,101 @@ def _child(argv: list[str]) -> int:
         counts["sessions"] += 1
 
     counts["errors_checked"] = _error_paths(library, rng)
+    runs, made, errors = _rms_norm(library, rng)
+    counts["runs"] += runs
+    counts["sessions"] += made
+    counts["errors_checked"] += errors
     print(f"{DONE_MARK} {counts['runs']} runs on {counts['sessions']} sessions, "
           f"{counts['errors_checked']} error paths", flush=True)
     return 0
+
+
+RMS_NORM_SHAPES = ((1,), (5,), (16,), (63,), (64,), (65,), (3, 1001), (2, 0, 8), (0, 4), (2, 3, 0), (40, 1, 768),
+                   (9, 4096), (2, 3, 5, 7))
+EPSILONS = (None, 1e-6, 1e-5, 0.5)
+
+
+def _rms_norm_model(epsilon, rank: int, *, epsilon_attribute=None, scale_dim: str | None = None) -> bytes:
+    """x -> myops::RMSNorm(x, scale) -> y, symbolic dims; scale's length named apart with scale_dim."""
+    from onnx import TensorProto, helper
+
+    node = helper.make_node("RMSNorm", ["x", "scale"], ["y"], domain="myops",
+                            **({} if epsilon is None else {"epsilon": epsilon}))
+    if epsilon_attribute is not None:
+        node.attribute.append(epsilon_attribute)
+    dims = [f"d{i}" for i in range(rank)]
+    graph = helper.make_graph([node], "rms_norm", [helper.make_tensor_value_info("x", TensorProto.FLOAT, dims),
+                                                   helper.make_tensor_value_info("scale", TensorProto.FLOAT,
+                                                                                 [scale_dim or dims[-1]])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, dims)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("myops", 1)])
+    model.ir_version = 9
+    return model.SerializeToString()
+
+
+def _check_rms_norm(session, x, scale, epsilon) -> None:
+    import numpy as np
+
+    (y,) = session.run(None, {"x": x, "scale": scale})
+    eps = 1e-6 if epsilon is None else epsilon
+    x64 = x.astype(np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        mean = (x64 * x64).mean(axis=-1, keepdims=True) if x.shape[-1] else np.zeros(x.shape[:-1] + (1,))
+        expected = (x64 / np.sqrt(mean + eps) * scale.astype(np.float64)).astype(np.float32)
+    if y.shape != x.shape or y.dtype != np.float32:
+        raise AssertionError(f"RMSNorm shape {x.shape}, epsilon {epsilon}: got {y.dtype}{list(y.shape)}")
+    np.testing.assert_allclose(y, expected, rtol=1e-5, atol=2e-6, equal_nan=True,
+                               err_msg=f"RMSNorm shape {x.shape}, epsilon {epsilon}")
+
+
+def _rms_norm(library: Path, rng) -> tuple[int, int, int]:
+    """myops::RMSNorm under the sanitizers: (runs, sessions, error paths checked)."""
+    import gc
+    from concurrent.futures import ThreadPoolExecutor
+
+    import numpy as np
+    from onnx import helper
+
+    runs = made = 0
+    for epsilon in EPSILONS:
+        for threads in THREADS:
+            for rank in sorted({len(shape) for shape in RMS_NORM_SHAPES}):
+                session = _session(_rms_norm_model(epsilon, rank), library, threads)
+                made += 1
+                for shape in (s for s in RMS_NORM_SHAPES if len(s) == rank):
+                    x = np.array(rng.normal(scale=4.0, size=shape).astype(np.float32), copy=True)
+                    scale = np.array(rng.normal(1.0, 0.2, size=shape[-1]).astype(np.float32), copy=True)
+                    _check_rms_norm(session, x, scale, epsilon)
+                    runs += 1
+                del session
+    gc.collect()
+    big = _session(_rms_norm_model(1e-5, 3), library, 4)
+    made += 1
+    scale = np.array(rng.normal(1.0, 0.2, size=768).astype(np.float32), copy=True)
+    inputs = [np.array(rng.normal(size=shape).astype(np.float32), copy=True)
+              for shape in [(8, 512, 768), (1, 1, 768), (3, 43, 768), (0, 2, 768)] * 3]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        for future in [pool.submit(_check_rms_norm, big, x, scale, 1e-5) for x in inputs]:
+            future.result()
+            runs += 1
+    del big
+    gc.collect()
+    cases = [
+        ("epsilon given as an int", lambda: _session(_rms_norm_model(
+            None, 2, epsilon_attribute=helper.make_attribute("epsilon", 2)), library, 2), "epsilon"),
+        ("a scale of the wrong length", lambda: _session(_rms_norm_model(None, 2, scale_dim="other"), library, 2).run(
+            None, {"x": rng.normal(size=(3, 40)).astype(np.float32), "scale": np.ones(39, np.float32)}),
+         "scale must have shape"),
+    ]
+    for what, action, must_name in cases:
+        try:
+            action()
+        except Exception as exc:  # onnxruntime's own exception types
+            if must_name not in str(exc) or "onnxruntime" not in type(exc).__module__:
+                raise AssertionError(f"RMSNorm, {what}: not the expected onnxruntime error: {exc}") from exc
+        else:
+            raise AssertionError(f"RMSNorm, {what}: onnxruntime accepted it")
+    return runs, made, len(cases)
 
 
 def _model(beta, rank: int, *, elem_type=None, beta_attribute=None) -> bytes:

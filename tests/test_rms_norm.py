@@ -5,6 +5,7 @@ rms_norm artifacts in the images).
 """
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
@@ -237,13 +238,18 @@ np.savez(sys.argv[3], extension=ops.rms_norm(x, w, 1e-6).numpy(), dx=dx.numpy(),
 
 
 def test_every_cpu_path_agrees(plugin_path, ext, tmp_path):
+    from bench.cpu_paths import runnable
+
+    paths = [p for p in runnable() if p != "neon"]
+    if paths == ["baseline"]:
+        pytest.skip("this CPU runs the baseline path only: nothing to compare it with")
     rng = np.random.default_rng(11)
     shape = (4, 9, 1001)  # a width that is no multiple of any vector: every row ends in a tail
     data = dict(x=rng.normal(scale=4, size=shape).astype(np.float32), w=rng.normal(1, 0.2, shape[-1]).astype(np.float32),
                 g=rng.normal(size=shape).astype(np.float32))
     np.savez(tmp_path / "in.npz", **data)
     runs = {}
-    for path in ("baseline", "avx2", "avx512"):
+    for path in paths:
         out = tmp_path / f"{path}.npz"
         child = subprocess.run([sys.executable, "-c", CHILD, str(tmp_path / "in.npz"), str(plugin_path), str(out)],
                                capture_output=True, text=True, cwd=REPO, timeout=600,
@@ -318,3 +324,80 @@ def test_doctor_probes_and_reads_rms_norm(ext, plugin_path, tmp_path):
                      "myops::RMSNorm (1 node): registered by the plugin", "dynamic axes 0 (batch), 1 (seq)",
                      "doctor: all green"):
         assert expected in result.stdout, result.stdout
+
+
+# ---------------------------------------------------------------- under load: drawn inputs, threads
+
+from hypothesis import given  # noqa: E402  (here: the property tests below are the only users)
+from hypothesis import strategies as st  # noqa: E402
+from hypothesis.extra.numpy import array_shapes  # noqa: E402
+
+from tests.test_under_load import PROPERTY_SETTINGS  # noqa: E402
+
+
+@st.composite
+def rms_cases(draw):
+    return {
+        "shape": draw(st.one_of(array_shapes(min_dims=1, max_dims=4, min_side=0, max_side=9),
+                                array_shapes(min_dims=1, max_dims=3, min_side=1, max_side=300))),
+        "eps": draw(st.sampled_from([1e-6, 1e-5, 1e-3, 0.5])),
+        "scale": draw(st.sampled_from([1e-3, 1.0, 30.0, 1e4])),
+        "strided": draw(st.booleans()),
+        "seed": draw(st.integers(0, 2**32 - 1)),
+    }
+
+
+@functools.lru_cache(maxsize=32)
+def rms_session(library: str, eps: float, rank: int):
+    from ort_plugin import make_session
+
+    model = rms_norm_graph(epsilon=eps)
+    dims = [f"d{i}" for i in range(rank)]
+    x, scale = model.graph.input
+    x.CopyFrom(helper.make_tensor_value_info("x", TensorProto.FLOAT, dims))
+    scale.CopyFrom(helper.make_tensor_value_info("scale", TensorProto.FLOAT, [dims[-1]]))
+    return make_session(model.SerializeToString(), library=library, threads=2)
+
+
+@PROPERTY_SETTINGS
+@given(case=rms_cases())
+def test_drawn_inputs_match_float64_and_the_plugin_bitwise(ext, plugin_path, case):
+    rng = np.random.default_rng(case["seed"])
+    shape = tuple(case["shape"])
+    wide = rng.normal(scale=case["scale"], size=shape[:-1] + (shape[-1] * 2,)).astype(np.float32)
+    # Every other column of a wider array: the extension makes it contiguous first.
+    view = torch.from_numpy(wide)[..., ::2] if case["strided"] else torch.from_numpy(wide[..., : shape[-1]].copy())
+    weight = torch.from_numpy(rng.normal(1.0, 0.3, size=shape[-1]).astype(np.float32))
+    y = ext.rms_norm(view, weight, case["eps"])
+    expected = reference64(view, weight, case["eps"]).float()
+    torch.testing.assert_close(y, expected, atol=4e-6, rtol=4e-6)
+    (y_ort,) = rms_session(str(plugin_path), case["eps"], len(shape)).run(
+        None, {"x": view.contiguous().numpy(), "scale": weight.numpy()})
+    np.testing.assert_array_equal(y_ort, y.numpy())
+
+
+def test_sessions_on_many_threads_keep_their_own_epsilon(plugin_path, ext):
+    import threading
+
+    from ort_plugin import make_session
+
+    epsilons = (1e-6, 1e-3, 0.5, 2.0)
+    sessions = [make_session(rms_norm_graph(epsilon=e, hidden=256).SerializeToString(), library=plugin_path, threads=2)
+                for e in epsilons]
+    x, weight = inputs((64, 37, 256), seed=9, scale=0.05)  # small values: epsilon decides the output
+    expected = [ext.rms_norm(x, weight, e).numpy() for e in epsilons]
+    failures = []
+
+    def work(t):
+        for i in range(20):
+            s = (t + i) % len(sessions)
+            (y,) = sessions[s].run(None, {"x": x.numpy(), "scale": weight.numpy()})
+            if not np.array_equal(y, expected[s]):
+                failures.append(f"thread {t}, iteration {i}, epsilon {epsilons[s]}")
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not failures, failures[:5]

@@ -16,6 +16,8 @@ namespace myops {
 namespace __attribute__((visibility("hidden"))) rms_norm_cuda_internal {
 
 rms_norm::cuda::DType checked_dtype(const at::Tensor& x, const at::Tensor& weight, const char* op) {
+  TORCH_CHECK(x.device() == weight.device(), "myops::", op, ": x and weight must be on the same device; got x on ",
+              x.device(), " and weight on ", weight.device(), ". Move both with .to(device) first.");
   TORCH_CHECK(x.is_cuda(), "myops::", op, " (CUDA): x must be a CUDA tensor; got ", x.device());
   TORCH_CHECK(x.dim() >= 1, "myops::", op, ": x must have at least one dimension (normalised over the last)");
   TORCH_CHECK(weight.dim() == 1 && weight.size(0) == x.size(-1) && weight.scalar_type() == x.scalar_type() &&
