@@ -425,11 +425,11 @@ def _fan_out(session: nox.Session, specs: list[str], rest: list[str]) -> None:
 def doctor(session: nox.Session) -> None:
     """Diagnose this machine: torch/nvcc/ABI, GPU vs compiled architectures, ORT, the plugin, and given ONNX files."""
     if any(a in ("-h", "--help") for a in session.posargs):
-        session.run(sys.executable, "-m", "lab.doctor", "--help", external=True, env={"PYTHONPATH": str(REPO)})
+        session.run(sys.executable, "-m", "ops.doctor", "--help", external=True, env={"PYTHONPATH": str(REPO)})
         return
     _install(session, _entry(session, matrix.DEFAULT_ENTRY))
     _build(session)
-    session.run("python", "-m", "lab.doctor", *session.posargs)
+    session.run("python", "-m", "ops.doctor", *session.posargs)
 
 
 @nox.session

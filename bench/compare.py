@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from .cpu_summary import sample_groups
-from .rows import KEY
+from infer.rows import KEY
 from .stats import Change, change
 
 REPO = Path(__file__).resolve().parent.parent

@@ -13,7 +13,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from .cpu_paths import PATHS
-from .rows import COPY_ROWS, KEY
+from infer.rows import COPY_ROWS, KEY
 from .stats import Summary, overlap, summarise
 
 

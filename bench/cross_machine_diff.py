@@ -89,7 +89,7 @@ def _run_local(target: Target, artifacts: Path, out: Path, timeout: float, plugi
     if plugin:
         env["MYOPS_ORT_PLUGIN"] = plugin
     try:
-        result = subprocess.run([sys.executable, "-m", "ort_plugin.runner", "dump", "--artifacts", str(artifacts),
+        result = subprocess.run([sys.executable, "-m", "infer.runner", "dump", "--artifacts", str(artifacts),
                                  "--out", str(out)], capture_output=True, text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired as exc:
         raise TargetFailed(f"no answer within {timeout:.0f} s") from exc
@@ -235,7 +235,7 @@ def summary_markdown(rows: list[dict], failures: list[str], targets: list[Target
 def run(target_specs: list[str], *, artifacts: Path, results: Path = RESULTS, timeout: float = 600,
         plugins: dict | None = None, log=print) -> int:
     from lab.files import write_csv_atomic, write_text_atomic
-    from ort_plugin.runner import ArtifactError, load_manifest
+    from infer.runner import ArtifactError, load_manifest
 
     targets = [parse_target(spec) for spec in target_specs]
     if len(targets) < 2:

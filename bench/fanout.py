@@ -226,7 +226,7 @@ def land(runs: list[HostRun], results: Path) -> list[Path]:
     """Each successful host's rows into results/<entry>/<host-id>/, then the aggregate and the chart."""
     from lab.files import upsert_csv
 
-    from .rows import COLUMNS, KEY, SAMPLE_COLUMNS, write_aggregate
+    from infer.rows import COLUMNS, KEY, SAMPLE_COLUMNS, write_aggregate
 
     written = []
     for run in runs:

@@ -739,9 +739,8 @@ def check_ort(setup: Setup, inputs: dict, time_left: float = 60) -> str:
     if "CUDAExecutionProvider" not in ort.get_available_providers():
         raise Skip(f"onnxruntime {ort.__version__} has no CUDAExecutionProvider (the harness above ran the same launch path)")
     from lab.compat import release
-
+    from lab.ort_headers import HeadersNotFound
     from ort_plugin.build import INFO_FILE, ToolMissing, build
-    from ort_plugin.headers import HeadersNotFound
     from ort_plugin.library_info import read_library
     from ort_plugin.loader import exact_providers, register
     from ort_plugin.onnx_file import one_node_model
@@ -754,7 +753,7 @@ def check_ort(setup: Setup, inputs: dict, time_left: float = 60) -> str:
                    f"{str(exc).strip().splitlines()[0][:300]}") from None
     if probe.get_providers()[0] != "CUDAExecutionProvider":  # onnxruntime's Python fallback to the CPU
         raise Skip(f"onnxruntime {ort.__version__} fell back to {probe.get_providers()}: its CUDA EP did not load "
-                   "(check `python -m ort_plugin.runner doctor`)")
+                   "(check `python -m infer.runner doctor`)")
     try:
         # Its own folder: a one-architecture plugin must not become loader.default_library's pick.
         library = build(cuda="ON", cuda_architectures=setup.arch, root=BUILD_DIR / "ort_plugin",
@@ -872,7 +871,7 @@ def extension_sha256() -> str | None:
     """The sha256 of the extension library this process loaded."""
     import ops
 
-    from .rows import file_sha256
+    from infer.rows import file_sha256
 
     library = getattr(ops, "_loaded_from", None)
     return file_sha256(library) if library and Path(library).is_file() else None
@@ -890,7 +889,7 @@ def derive(rows: list[dict]) -> None:
     (same workload and dtype). For forward rows (same bytes as the copy) that is the copy's device
     time over the row's.
     """
-    from .rows import kernel_ms
+    from infer.rows import kernel_ms
 
     def rate(r):  # bytes per second
         return r["bytes_moved"] / (kernel_ms(r) * 1e-3) if kernel_ms(r) > 0 else None
@@ -905,7 +904,7 @@ def derive(rows: list[dict]) -> None:
 def bench_stage(run: Run, setup: Setup, args) -> list[dict]:
     import torch
 
-    from .measure import measure_cuda
+    from .torch_rows import measure_cuda
 
     warm_up_gpu()
     rows, skipped = [], 0
@@ -1102,7 +1101,7 @@ def target_status(measured: float, limit: float) -> str:
 def write_results(out: Path, entry: str, rows: list[dict], targets: list[dict]) -> None:
     from lab.files import upsert_csv, write_csv_atomic
 
-    from .rows import COLUMNS, KEY, write_aggregate
+    from infer.rows import COLUMNS, KEY, write_aggregate
     from .targets import TARGET_COLUMNS
 
     entry_dir = out / entry

@@ -16,9 +16,9 @@ from lab.files import read_csv, write_text_atomic
 
 from . import cpu_summary
 from .cpu_summary import SHORT
-from .rows import timing_figures
+from .stats import timing_figures
 
-# What bench.measure.keep_freed_blocks (PyTorch rows) and timing_child_env (every timing process) do.
+# What infer.measure.keep_freed_blocks (PyTorch rows) and timing_child_env (every timing process) do.
 TORCH_ALLOCATION = ("glibc malloc keeps freed blocks (no mmap, no trim, no per-thread cache), as a caching allocator would: each call "
                     "reuses the previous call's buffers, like ORT's arena")
 

@@ -23,11 +23,12 @@ from pathlib import Path
 from lab import matrix, provenance
 from lab.files import upsert_csv, write_csv_atomic
 
-from .rows import COLUMNS, copy_models, derive, file_sha256, ort_row_specs, record, samples_of, timing_figures  # noqa: F401 (COLUMNS: imported from here elsewhere)
+from infer.measure import TORCH_ROWS, timing_child_env
+from infer.rows import COLUMNS, copy_models, derive, file_sha256, ort_row_specs, record, samples_of  # noqa: F401 (COLUMNS: imported from here elsewhere)
+from infer.rows import write as write_rows
+from infer.workloads import GPU_ONLY_WORKLOADS, NATIVE_ROWS, WORKLOADS
 from .cpu_paths import PATHS, capped_specs, chosen, runnable
-from .measure import timing_child_env
-from .rows import write as write_rows
-from .workloads import GPU_ONLY_WORKLOADS, NATIVE_ROWS, WORKLOADS
+from .stats import timing_figures
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "results"
@@ -35,7 +36,7 @@ ROW_TIMEOUT_S = 1800
 
 
 def plan(args, opsets: list[int], models: dict, plugin: str) -> list[dict]:
-    """Every row to measure, as specs for bench.measure."""
+    """Every row to measure, as specs for infer.measure (ORT rows) and bench.torch_rows (PyTorch rows)."""
     specs = []
     for name in args.workload:
         workload = WORKLOADS[name]
@@ -95,7 +96,7 @@ def run_child(module: str, spec: dict) -> dict:
 
 
 def run_row(spec: dict) -> dict:
-    return run_child("bench.measure", spec)
+    return run_child("bench.torch_rows" if spec["row"] in TORCH_ROWS else "infer.measure", spec)
 
 
 def rotation(count: int, rounds: int, round_index: int) -> list[int]:
@@ -194,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     facts = provenance.collect()
     print(f"[bench] entry {args.entry}: torch {facts['torch']}, onnxruntime {facts['onnxruntime']}, "
           f"{facts['cpu']} x{facts['cores']}, {args.threads} threads, opsets {opsets}", flush=True)
-    plugin = str(build_plugin(log=lambda m: None))
+    plugin = str(build_plugin(entry=args.entry, log=lambda m: None))
     from ops.build import build as build_extension
 
     facts["extension_sha256"] = file_sha256(build_extension())

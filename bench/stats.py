@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from infer.workloads import percentiles_ms
+
 RESAMPLES = 2000
 CONFIDENCE = 0.95
 
@@ -108,3 +110,12 @@ def change(base_by_process: list, new_by_process: list) -> Change:
 def overlap(a: Summary, b: Summary) -> bool:
     """The two medians' intervals overlap: the difference between them is within noise."""
     return a.ci_low <= b.ci_high and b.ci_low <= a.ci_high
+
+
+def timing_figures(seconds_by_process: list[list[float]]) -> dict:
+    """A row's timing columns from its processes' runs: percentiles of the pool, the median's 95% interval
+    (summarise, below) and the spread between processes."""
+    summary = summarise(seconds_by_process)
+    return dict(percentiles_ms([s for g in seconds_by_process for s in g]), processes=summary.processes,
+                ci_low_ms=round(summary.ci_low * 1e3, 4), ci_high_ms=round(summary.ci_high * 1e3, 4),
+                process_spread=round(summary.process_spread, 4))

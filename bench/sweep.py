@@ -19,8 +19,10 @@ from pathlib import Path
 
 import numpy as np
 
-from .measure import _ort_row, _torch_callable, keep_freed_blocks
-from .workloads import BYTES_FP32
+from infer.measure import _ort_row, keep_freed_blocks
+
+from .torch_rows import row_callable
+from infer.workloads import BYTES_FP32
 
 HIDDEN = 768
 SWEEP_ROWS = [  # (row, ORT level): the four-row comparison's activation rows, F.silu and every copy
@@ -42,7 +44,7 @@ def bytes_moved(seq: int) -> int:
 
 def _callable(spec: dict, x: np.ndarray, work: Path):
     if spec["row"].startswith("torch_"):
-        return _torch_callable(dict(spec, workload="swish"), x)[0]
+        return row_callable(dict(spec, workload="swish"), x)[0]
     return _ort_row(spec, x, work).call
 
 
@@ -104,7 +106,7 @@ def run_sweep(args, models: dict, plugin: str, facts: dict) -> tuple[list[dict],
     """The sweep's raw samples (workload "sweep", shape 1xSEQx768) and one summary row per implementation and size."""
     from lab.provenance import cpu_caches
 
-    from .rows import samples_of
+    from infer.rows import samples_of
     from .run import run_child, schedule
     from .stats import summarise
 

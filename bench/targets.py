@@ -23,8 +23,8 @@ import sys
 import time
 from pathlib import Path
 
-from .measure import timing_child_env
-from .workloads import WORKLOADS
+from infer.measure import timing_child_env
+from infer.workloads import WORKLOADS
 
 REPO = Path(__file__).resolve().parent.parent
 PAIRS_TIMEOUT_S = 1800
@@ -66,7 +66,7 @@ def _setup(spec: dict) -> None:
 
     import ops
 
-    from .measure import keep_freed_blocks
+    from infer.measure import keep_freed_blocks
 
     keep_freed_blocks()  # as in the rows' timing processes
     _shared_ort_pool(spec["threads"])

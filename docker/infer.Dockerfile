@@ -46,7 +46,7 @@ RUN /opt/venv/bin/python /opt/myops-scripts/cuda_wheel_libs.py > /etc/ld.so.conf
 ARG ENTRY
 ENV PATH=/opt/venv/bin:$PATH PYTHONPATH=/opt/myops/app MYOPS_ORT_PLUGIN=/opt/myops/lib/libmyops_ort.so \
     MYOPS_ARTIFACTS=/opt/myops/artifacts MYOPS_MATRIX_ENTRY=${ENTRY}
-ENTRYPOINT ["python", "-m", "ort_plugin.runner"]
+ENTRYPOINT ["python", "-m", "infer.runner"]
 CMD ["verify"]
 COPY --from=plugin /build/libmyops_ort.so /opt/myops/lib/libmyops_ort.so
 COPY --from=artifacts /lab/artifacts /opt/myops/artifacts

@@ -203,12 +203,10 @@ def ensure_base_image(role: str, spec: dict, override: str | None = None, *,
 
 # What the images are built from: one context per image kind. The wheels are not in it: they are
 # served to the build over loopback (see _serve_wheels), so they never land in a layer.
-SOURCES = ["kernels", "opspec", "ops", "ort_plugin", "lab", "bench", "tests", "matrix.yaml", "requirements"]
-RUNNER_FILES = ["ort_plugin/__init__.py", "ort_plugin/loader.py", "ort_plugin/runner.py", "ort_plugin/doctor.py",
-                "ort_plugin/contents.py",
-                "ort_plugin/diagnose.py", "ort_plugin/library_info.py", "ort_plugin/onnx_file.py", "lab/__init__.py",
-                "lab/compat.py", "lab/provenance.py", "lab/files.py", "bench/__init__.py", "bench/measure.py", "bench/workloads.py",
-                "bench/rows.py", "bench/nvml.py", "opspec/__init__.py"]
+SOURCES = ["kernels", "opspec", "ops", "ort_plugin", "infer", "lab", "bench", "tests", "matrix.yaml", "requirements"]
+# The inference side, installed whole (every Python file of these packages): none imports torch,
+# ops or bench, which tests/test_layers.py checks.
+RUNNER_PACKAGES = ["infer", "ort_plugin", "opspec", "lab"]
 SCRIPTS = ["ensure_python.sh", "use_toolkit.sh", "cuda_wheel_libs.py"]
 
 
@@ -246,7 +244,7 @@ def prepare_context(entry: dict, locks: dict, toolkit_home: Path | None, *,
     """build/docker-context/<entry>[-<arch>]/<kind>/ for each image: src/ (+ ORT headers), locks/,
     scripts/, toolkit/ (the assembled CUDA toolkit; empty for a CPU entry), app/ (infer: the runner);
     and beside it, wheels-<kind>/ with exactly the locked wheels."""
-    from ort_plugin.headers import pin_from_matrix, resolve
+    from .ort_headers import pin_from_matrix, resolve
 
     headers = resolve(pin=pin_from_matrix(entry["id"]), log=log)
     root = CONTEXT_ROOT / f"{entry['id']}{platforms.tag_suffix(plat)}"
@@ -268,8 +266,10 @@ def prepare_context(entry: dict, locks: dict, toolkit_home: Path | None, *,
             wheel = wheels.find_wheel(wheels.wheelhouse_dir(entry, plat), p.name, p.version)
             _link_or_copy(wheel, root / f"wheels-{kind}" / wheel.name)
         if kind == "infer":
-            for name in RUNNER_FILES:
-                _link_or_copy(REPO / name, context / "app" / name)
+            for package in RUNNER_PACKAGES:
+                for source in sorted((REPO / package).rglob("*.py")):
+                    if "__pycache__" not in source.parts:
+                        _link_or_copy(source, context / "app" / source.relative_to(REPO))
         contexts[kind] = context
     return contexts, headers.version
 

@@ -144,7 +144,7 @@ def prove_infer(entry: dict, image: str, archs: list[str], stub: Path | None) ->
                         _out(result).splitlines()[-1] if _out(result) else "import torch succeeded"))
     plugin = _ldd(image, "/opt/myops/lib/libmyops_ort.so")
     checks.append(Check("plugin-needed", plugin.ok, plugin.detail))
-    result = _in_image(image, "python -m ort_plugin.runner verify --providers CPUExecutionProvider")
+    result = _in_image(image, "python -m infer.runner verify --providers CPUExecutionProvider")
     said = result.stdout.strip().splitlines() or _out(result).splitlines()  # stdout: its verdict, not a warning
     checks.append(Check("verify-cpu", result.returncode == 0 and "all models match" in result.stdout,
                         said[-1] if said else "no output"))

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from lab.provenance import first_line
 
-from . import headers as ort_headers
+from lab import ort_headers
 
 PLUGIN_DIR = Path(__file__).resolve().parent
 REPO = PLUGIN_DIR.parent
@@ -57,15 +57,20 @@ def build_dir_for(cuda: str, headers_version: str, sanitize: bool = False, root:
     return root / f"ort{headers_version}-cuda{cuda.lower()}"
 
 
-def library_path(cuda: str = "AUTO", include_dir: str | None = None) -> Path:
+def _pin(entry: str | None):
+    """The header pin of a matrix entry; None: $MYOPS_MATRIX_ENTRY's, else the cpu entry's."""
+    return ort_headers.pin_from_matrix(entry) if entry else None
+
+
+def library_path(cuda: str = "AUTO", include_dir: str | None = None, entry: str | None = None) -> Path:
     """Where build() with these options puts the library (nothing is built)."""
-    found = ort_headers.resolve(include_dir, log=lambda message: None)
+    found = ort_headers.resolve(include_dir, pin=_pin(entry), log=lambda message: None)
     return build_dir_for(cuda.upper(), found.version) / LIBRARY_NAME
 
 
 def build(*, cuda: str = "AUTO", include_dir: str | None = None, sanitize: bool = False,
           cuda_architectures: str | None = None, root: Path | None = None, fetch_timeout_s: float | None = None,
-          log=print) -> Path:
+          entry: str | None = None, log=print) -> Path:
     """Build if needed; return the path of the plugin library (sanitize: the ASan+UBSan test build).
 
     root: where the build dir goes instead of BUILD_ROOT, for builds that loader.default_library must
@@ -76,7 +81,7 @@ def build(*, cuda: str = "AUTO", include_dir: str | None = None, sanitize: bool 
         raise BuildError(f"cuda must be ON, OFF or AUTO; got {cuda!r}")
     if shutil.which("cmake") is None:
         raise ToolMissing("cmake is not installed: install it (apt-get install cmake, or pip install cmake)")
-    found = ort_headers.resolve(include_dir, log=log, timeout_s=fetch_timeout_s)
+    found = ort_headers.resolve(include_dir, pin=_pin(entry), log=log, timeout_s=fetch_timeout_s)
     build_dir = build_dir_for(cuda, found.version, sanitize, root)
     configure = [
         "cmake", "-S", str(PLUGIN_DIR), "-B", str(build_dir),
@@ -117,13 +122,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cuda", default="AUTO", choices=["ON", "OFF", "AUTO"], help="build the CUDA kernels")
     parser.add_argument("--ort-include-dir", help="use these ORT headers instead of the pinned ones")
+    parser.add_argument("--entry", help="the matrix entry whose pinned headers to build against "
+                                        "(default: $MYOPS_MATRIX_ENTRY, else cpu)")
     parser.add_argument("--cuda-architectures", help="CMAKE_CUDA_ARCHITECTURES, e.g. '80-real;86-real;90'")
     parser.add_argument("--sanitize", action="store_true",
                         help=f"the {SANITIZERS} test build (python -m ort_plugin.sanitize runs it)")
     args = parser.parse_args(argv)
     try:
         library = build(cuda=args.cuda, include_dir=args.ort_include_dir, sanitize=args.sanitize,
-                        cuda_architectures=args.cuda_architectures,
+                        cuda_architectures=args.cuda_architectures, entry=args.entry,
                         log=lambda m: print(m, file=sys.stderr))
     except (BuildError, ort_headers.HeadersNotFound) as exc:
         print(f"error: {exc}", file=sys.stderr)

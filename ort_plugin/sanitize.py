@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=600, help="seconds the workload child may take")
     args = parser.parse_args(argv)
 
-    from . import headers
+    from lab import ort_headers as headers
     from .build import BuildError, build
 
     started = time.monotonic()

@@ -1,4 +1,4 @@
-"""A stand-in timing process for tests: prints, as bench.measure does its result, the environment it got."""
+"""A stand-in timing process for tests: prints, as infer.measure does its result, the environment it got."""
 import json
 import os
 

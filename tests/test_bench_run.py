@@ -31,7 +31,7 @@ def _csv(path: Path) -> list[dict]:
 
 
 def test_writes_rows_samples_sweep_targets_charts_and_summary(ext, plugin_path, tmp_path):
-    from bench.rows import COLUMNS, KEY, SAMPLE_COLUMNS
+    from infer.rows import COLUMNS, KEY, SAMPLE_COLUMNS
     from bench.sweep import SEQ, SWEEP_ROWS
 
     process = bench_run(tmp_path)
@@ -160,7 +160,7 @@ def test_isa_the_cpu_cannot_run_is_refused_with_what_it_can(tmp_path, monkeypatc
 
 FAULTS_PROBE = """
 import json, resource, numpy, torch, ops
-from bench.measure import keep_freed_blocks
+from infer.measure import keep_freed_blocks
 keep_freed_blocks()
 torch.set_num_threads(2)
 ops.load()
@@ -178,7 +178,7 @@ def test_timing_processes_reuse_a_freed_output_instead_of_faulting_in_fresh_page
     """keep_freed_blocks plus timing_child_env's tunable: from the third call on, a functional op's output
     lands in the block the previous call freed. Without the tunable, calls 3 and 4 faulted in all 8,192
     pages again in 4 of 4 processes here (and at 192 MiB most calls did)."""
-    from bench.measure import timing_child_env
+    from infer.measure import timing_child_env
 
     out = subprocess.run([sys.executable, "-c", FAULTS_PROBE], env=timing_child_env(REPO), cwd=REPO,
                          capture_output=True, text=True, timeout=300)

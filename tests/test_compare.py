@@ -14,7 +14,7 @@ import pytest
 
 from bench import compare as C
 from bench import stats
-from bench.rows import SAMPLE_COLUMNS
+from infer.rows import SAMPLE_COLUMNS
 
 REPO = Path(__file__).resolve().parent.parent
 KEY = dict(entry="cpu", workload="swish", dtype="float32", shape="8x512x768", beta="1.0", opset="", exporter="",

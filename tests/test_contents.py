@@ -50,6 +50,6 @@ def test_verify_checks_the_manifest_first(tmp_path):
     contents.write(root)
     (root / "lib" / "libmyops_ort.so").write_bytes(b"swapped")
     env = dict(os.environ, PYTHONPATH=str(REPO), MYOPS_CONTENTS=str(root / contents.MANIFEST))
-    result = subprocess.run([sys.executable, "-m", "ort_plugin.runner", "verify", "--artifacts", str(tmp_path)],
+    result = subprocess.run([sys.executable, "-m", "infer.runner", "verify", "--artifacts", str(tmp_path)],
                             capture_output=True, text=True, env=env, timeout=120)
     assert result.returncode == 1 and "changed: lib/libmyops_ort.so" in result.stderr and "pull or build it again" in result.stderr

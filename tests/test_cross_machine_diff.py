@@ -54,7 +54,7 @@ def test_default_pair_docker_vs_local(artifacts, cpu_images, plugin_path, tmp_pa
 @pytest.fixture(scope="module")
 def perturbed_plugin(tmp_path_factory):
     """A plugin built from a deliberately wrong kernel (beta scaled by 1.001): a planted difference."""
-    from ort_plugin.headers import resolve
+    from lab.ort_headers import resolve
 
     repo = Path(__file__).resolve().parent.parent
     work = tmp_path_factory.mktemp("perturbed")

@@ -91,7 +91,7 @@ def test_infer_doctor_is_green_without_torch(cpu_images):
 
 def test_infer_bench_writes_ort_rows_with_the_images_provenance(cpu_images):
     """What a GPU host runs with --gpus all; here on the CPU EP (the cpu entry's onnxruntime)."""
-    script = ("python -m ort_plugin.runner bench --workload swish --warmup 1 --runs 5 --out /tmp/r "
+    script = ("python -m infer.runner bench --workload swish --warmup 1 --runs 5 --out /tmp/r "
               "&& echo ===CSV=== && cat /tmp/r/cpu/bench.csv")
     result = docker.run(cpu_images["infer"], "-c", script, entrypoint="sh")
     out = result.stdout.decode(errors="replace")
@@ -126,7 +126,7 @@ def test_infer_refuses_a_damaged_artifact(cpu_images):
     script = ("import shutil, subprocess, sys; shutil.copytree('/opt/myops/artifacts', '/tmp/a'); "
               "p = '/tmp/a/swish-custom-dynamo-opset18.onnx'; b = bytearray(open(p, 'rb').read()); b[-1] ^= 1; "
               "open(p, 'wb').write(b); "
-              "sys.exit(subprocess.run([sys.executable, '-m', 'ort_plugin.runner', 'verify', '--artifacts', '/tmp/a']).returncode)")
+              "sys.exit(subprocess.run([sys.executable, '-m', 'infer.runner', 'verify', '--artifacts', '/tmp/a']).returncode)")
     result = docker.run(cpu_images["infer"], "-c", script, entrypoint="python")
     assert result.returncode == 2
     assert "does not match the manifest" in result.stderr.decode(errors="replace")

@@ -49,7 +49,7 @@ def test_doctor_is_all_green_on_a_healthy_machine(ext, plugin_path, tmp_path):
     from ops.export import export
 
     model = export("swish", exporter="torchscript", lowering="custom", opset=17, path=tmp_path / "swish.onnx")
-    result = subprocess.run([sys.executable, "-m", "lab.doctor", "--plugin", str(plugin_path), model.path],
+    result = subprocess.run([sys.executable, "-m", "ops.doctor", "--plugin", str(plugin_path), model.path],
                             capture_output=True, text=True, cwd=REPO, timeout=300)
     out = result.stdout
     assert result.returncode == 0, out + result.stderr
@@ -207,7 +207,7 @@ def _facts():
 
 
 def test_abi_mismatch_is_detected_from_build_metadata(ext):
-    from lab.doctor import extension_findings
+    from ops.doctor import extension_findings
     from ops.build import build_info
 
     info, facts = build_info(), _facts()
@@ -220,7 +220,7 @@ def test_abi_mismatch_is_detected_from_build_metadata(ext):
 
 
 def test_cuda_major_mismatch_is_detected(ext):
-    from lab.doctor import extension_findings, nvcc_finding
+    from ops.doctor import extension_findings, nvcc_finding
     from ops.build import build_info
 
     cuda_build = {**build_info(), "with_cuda": True, "nvcc": "12.4"}
@@ -232,7 +232,7 @@ def test_cuda_major_mismatch_is_detected(ext):
 
 
 def test_missing_gpu_architecture_names_the_arch_list_to_use(plugin_path):
-    from lab.doctor import extension_arch_finding
+    from ops.doctor import extension_arch_finding
 
     finding = extension_arch_finding({"with_cuda": True, "torch_cuda_arch_list": "8.0 8.6"}, (9, 0))
     assert finding.level == "fail" and 'TORCH_CUDA_ARCH_LIST="9.0"' in finding.fix

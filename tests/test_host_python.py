@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from lab import compat, docker, matrix, wheels
-from ort_plugin.headers import cache_root
+from lab.ort_headers import cache_root
 
 pytestmark = pytest.mark.docker
 

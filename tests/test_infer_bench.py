@@ -1,4 +1,4 @@
-"""The infer side's benchmark: `python -m ort_plugin.runner bench` (what the infer image runs on a GPU host).
+"""The infer side's benchmark: `python -m infer.runner bench` (what the infer image runs on a GPU host).
 
 Run here on the CPU EP with torch and onnx made unimportable, as in the image. The CUDA EP path
 cannot run without a GPU; what it refuses, and its io-binding code on the CPU device, are tested.
@@ -39,12 +39,26 @@ def no_torch_no_onnx(tmp_path_factory) -> Path:
 
 def runner(*args, shims: Path, env=None):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(shims), str(REPO)]), MYOPS_MATRIX_ENTRY="cpu", **(env or {}))
-    return subprocess.run([sys.executable, "-m", "ort_plugin.runner", *args], capture_output=True, text=True, env=env,
+    return subprocess.run([sys.executable, "-m", "infer.runner", *args], capture_output=True, text=True, env=env,
                           cwd=REPO, timeout=600)
 
 
+def test_rms_norm_rows_without_torch(artifacts, plugin_path, no_torch_no_onnx, tmp_path):
+    out = tmp_path / "results"
+    result = runner("bench", "--artifacts", str(artifacts), "--plugin", str(plugin_path), "--workload", "rms_norm",
+                    "--warmup", "1", "--runs", "3", "--providers", "CPUExecutionProvider", "--out", str(out),
+                    shims=no_torch_no_onnx)
+    assert result.returncode == 0, result.stderr
+    with open(out / "cpu" / "bench.csv", newline="") as handle:
+        rows = {(r["row"], r["ort_opt_level"]): r for r in csv.DictReader(handle)}
+    assert rows[("ort_composite", "all")]["ort_graph_nodes"] == "SimplifiedLayerNormalization"
+    assert rows[("ort_custom", "all")]["ort_graph_nodes"] == "myops::RMSNorm"
+    assert rows[("ort_plugin_copy", "all")]["ort_graph_nodes"] == "myops::Copy"
+    assert {r["op"] for r in rows.values()} == {"rms_norm"} and {r["beta"] for r in rows.values()} == {"1.0"}
+
+
 def test_writes_the_ort_rows_in_the_results_format(artifacts, plugin_path, no_torch_no_onnx, tmp_path):
-    from bench.rows import COLUMNS
+    from infer.rows import COLUMNS
 
     out = tmp_path / "results"
     result = runner("bench", "--artifacts", str(artifacts), "--plugin", str(plugin_path), "--workload", "swish",
@@ -105,8 +119,8 @@ def test_cuda_rows_without_a_cuda_onnxruntime_say_what_to_do(artifacts, plugin_p
                     "CUDAExecutionProvider", "--out", str(tmp_path / "r"), shims=no_torch_no_onnx)
     assert result.returncode == 2 and "--gpus all" in result.stderr and "onnxruntime-gpu" in result.stderr
     assert not (tmp_path / "r").exists()
-    # bench.measure itself refuses the same way (the row processes of `nox -s bench`).
-    from bench.measure import RowError, _ort_providers
+    # infer.measure itself refuses the same way (the row processes of `nox -s bench`).
+    from infer.measure import RowError, _ort_providers
 
     with pytest.raises(RowError, match="no CUDAExecutionProvider.*--gpus all"):
         _ort_providers({"execution_provider": "CUDAExecutionProvider"}, ort)
@@ -116,7 +130,7 @@ def test_cuda_rows_without_a_cuda_onnxruntime_say_what_to_do(artifacts, plugin_p
 
 def test_gpu_custom_row_refuses_a_plugin_without_cuda_kernels(artifacts):
     """Else ORT would quietly run the plugin's CPU kernel and the row would be labelled a GPU row."""
-    from bench.measure import RowError, _check_plugin_serves
+    from infer.measure import RowError, _check_plugin_serves
     from ort_plugin.build import build
 
     cpu_only = build(cuda="OFF", log=lambda m: None)
@@ -129,8 +143,8 @@ def test_gpu_custom_row_refuses_a_plugin_without_cuda_kernels(artifacts):
 def test_io_binding_path_gives_the_operators_output(artifacts, plugin_path, tmp_path):
     """The GPU rows' binding code, run on the CPU device: a one-row input and the real one in turn,
     per-call runs and a batch without synchronisation all give the custom op's result."""
-    from bench.measure import _ort_row
-    from bench.workloads import WORKLOADS
+    from infer.measure import _ort_row
+    from infer.workloads import WORKLOADS
 
     x = WORKLOADS["swish"].input(seed=0)[:2]
     spec = {"row": "ort_custom", "threads": 2, "ort_opt_level": "all", "io_binding": True, "plugin": str(plugin_path),
@@ -150,8 +164,8 @@ def test_io_binding_path_gives_the_operators_output(artifacts, plugin_path, tmp_
 def test_device_time_only_where_the_runs_outlast_ort_overhead(artifacts, plugin_path, tmp_path, monkeypatch):
     """ort_device_ms against the one-row input's batch (ORT's per-run overhead): a time where the
     real input clearly takes longer, none where it does not (forced here with a huge factor)."""
-    from bench import measure
-    from bench.workloads import WORKLOADS
+    from infer import measure
+    from infer.workloads import WORKLOADS
 
     x = WORKLOADS["swish"].input(seed=0)
     spec = {"row": "ort_custom", "threads": 2, "ort_opt_level": "all", "io_binding": True, "plugin": str(plugin_path),
@@ -166,7 +180,7 @@ def test_device_time_only_where_the_runs_outlast_ort_overhead(artifacts, plugin_
 
 
 def test_gpu_memory_without_nvml_is_stated_not_guessed():
-    from bench import measure, nvml
+    from infer import measure, nvml
 
     try:
         nvml.DeviceMemory(0)
@@ -179,7 +193,7 @@ def test_gpu_memory_without_nvml_is_stated_not_guessed():
 
 
 def test_copy_model_is_written_without_onnx(tmp_path):
-    from bench.rows import write_copy_model
+    from infer.rows import write_copy_model
     from ort_plugin.onnx_file import read_model
 
     summary = read_model(write_copy_model(tmp_path / "copy.onnx", 21))
@@ -191,7 +205,7 @@ def test_copy_model_is_written_without_onnx(tmp_path):
 def test_nvml_finds_the_gpu_cuda_means():
     """Without the CUDA runtime to ask for the PCI bus id: CUDA_VISIBLE_DEVICES' index or UUID, and
     no guess where CUDA's order (fastest first) and NVML's (PCI bus) may differ."""
-    from bench.nvml import NvmlUnavailable, nvml_selector
+    from infer.nvml import NvmlUnavailable, nvml_selector
 
     assert nvml_selector(0, None, "PCI_BUS_ID") == ("index", 0)
     assert nvml_selector(0, "2,3", "PCI_BUS_ID") == ("index", 2)

@@ -143,7 +143,7 @@ def test_loader_library_without_entry_point(tmp_path):
 
 
 def test_headers_explicit_dir_must_hold_the_header(tmp_path):
-    from ort_plugin.headers import HeadersNotFound, resolve
+    from lab.ort_headers import HeadersNotFound, resolve
 
     with pytest.raises(HeadersNotFound, match="onnxruntime_c_api.h"):
         resolve(tmp_path)
@@ -251,7 +251,7 @@ def test_headers_offline_fail_in_seconds_with_the_fix(tmp_path, monkeypatch):
     import time
 
     import lab.debian
-    from ort_plugin import headers
+    from lab import ort_headers as headers
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.setattr(lab.debian, "mirror", lambda: "http://127.0.0.1:9/debian")

@@ -65,7 +65,7 @@ def test_report_lays_out_torch_only_gpu_rows_per_dtype(tmp_path):
 def test_report_puts_the_infer_images_gpu_rows_beside_gpu_check_rows(tmp_path):
     """On a GPU host: gpu_check's torch rows (per dtype) plus the infer image's ORT rows (CUDA EP, one opset)."""
     from bench.report import main as report
-    from bench.rows import COLUMNS
+    from infer.rows import COLUMNS
     from lab.files import write_csv_atomic
 
     common = {"entry": "cuda13.0", "workload": "swish", "shape": "8x512x768", "beta": "1.0", "warmup": 10, "runs": 100,

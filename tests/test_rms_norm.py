@@ -317,7 +317,7 @@ def test_doctor_probes_and_reads_rms_norm(ext, plugin_path, tmp_path):
     from ops.export import export
 
     model = export("rms_norm", exporter="torchscript", lowering="custom", opset=17, path=tmp_path / "rms_norm.onnx")
-    result = subprocess.run([sys.executable, "-m", "lab.doctor", "--plugin", str(plugin_path), model.path],
+    result = subprocess.run([sys.executable, "-m", "ops.doctor", "--plugin", str(plugin_path), model.path],
                             capture_output=True, text=True, cwd=REPO, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
     for expected in ("myops::RMSNorm v1+ on CPUExecutionProvider: registered and runs [float32]",

@@ -1,4 +1,4 @@
-"""The inference-side runner (no torch): `python -m ort_plugin.runner {verify,dump,bench}`.
+"""The inference-side runner (no torch): `python -m infer.runner {verify,dump,bench}`.
 
     verify  load the plugin, run every model of an artifacts dir on its stored inputs, compare
             with the stored PyTorch outputs (rtol 1e-4, atol 1e-5); exit 1 on any mismatch
@@ -22,12 +22,12 @@ from pathlib import Path
 
 import numpy as np
 
-from .diagnose import FeedError, check_feed
-from .loader import PluginError, check_library, default_library, make_session
-from .onnx_file import ModelFileError
+from ort_plugin.diagnose import FeedError, check_feed
+from ort_plugin.loader import PluginError, check_library, default_library, make_session
+from ort_plugin.onnx_file import ModelFileError
 
 RTOL, ATOL = 1e-4, 1e-5
-APP_ROOT = Path(__file__).resolve().parent.parent  # where bench.measure imports from
+APP_ROOT = Path(__file__).resolve().parent.parent  # where infer.measure imports from
 DEFAULT_ARTIFACTS = Path(os.environ.get("MYOPS_ARTIFACTS", Path(__file__).resolve().parent.parent / "build" / "artifacts"))
 
 
@@ -93,7 +93,7 @@ def run_models(artifacts: Path, *, library, execution_providers, selected=None):
 def verify(args) -> int:
     contents = os.environ.get("MYOPS_CONTENTS")  # set in the infer image: its recorded content manifest
     if contents:
-        from .contents import ContentsError, check
+        from ort_plugin.contents import ContentsError, check
 
         try:
             value, files = check(Path(contents).parent)
@@ -139,22 +139,25 @@ def dump(args) -> int:
     return 0
 
 
+# The workloads whose models the artifacts hold (hidden 768); swish_large only on a GPU.
+DEFAULT_WORKLOADS = ("swish", "swish_large", "ffn", "rms_norm")
+
+
 def bench(args) -> int:
     """The ONNX Runtime rows on this host, each in a fresh process; rows in the benchmark's CSV format."""
     import subprocess
     import tempfile
     import time
 
-    from bench.rows import copy_models, derive, ort_row_specs, record, samples_of, write, write_copy_model
-
-    from bench.workloads import GPU_ONLY_WORKLOADS, WORKLOADS
+    from .rows import copy_models, derive, ort_row_specs, record, samples_of, write, write_copy_model
+    from .workloads import GPU_ONLY_WORKLOADS, WORKLOADS
 
     manifest = load_manifest(args.artifacts)
     library = str(args.plugin or default_library())
     provider = providers(args.providers)[0]
     on_gpu = provider == "CUDAExecutionProvider"
     # On a GPU the small activation fits in L2: the large one is the one whose floor is DRAM bandwidth.
-    workloads = args.workload or [w for w in ("swish", "swish_large", "ffn") if on_gpu or w not in GPU_ONLY_WORKLOADS]
+    workloads = args.workload or [w for w in DEFAULT_WORKLOADS if on_gpu or w not in GPU_ONLY_WORKLOADS]
     if not on_gpu and set(workloads) & set(GPU_ONLY_WORKLOADS):
         raise ArtifactError(f"--workload {' '.join(sorted(set(workloads) & set(GPU_ONLY_WORKLOADS)))} is for "
                             "CUDAExecutionProvider only (hundreds of MB per run)")
@@ -177,10 +180,11 @@ def bench(args) -> int:
                     raise ArtifactError(f"no {workload} {lowering} model for {exporter} opset {opset} in {args.artifacts}; "
                                         f"it has opsets {sorted({m['opset'] for m in models})}")
                 paths[lowering], beta = str(Path(args.artifacts) / item["file"]), item.get("beta", 1.0)
-            if model_of[workload] == "swish":  # the plugin's Copy floor is a CPU kernel: Identity alone on a GPU
-                paths.update({"copy": write_copy_model(Path(tmp) / f"copy-opset{opset}.onnx", opset)} if on_gpu
-                             else copy_models(Path(tmp), opset))
-            runs = dict(warmup=args.warmup, runs=args.runs) if model_of[workload] == "swish" else \
+            hidden = WORKLOADS[workload].hidden
+            if WORKLOADS[workload].op_alone:  # the plugin's Copy floor is a CPU kernel: Identity alone on a GPU
+                paths.update({"copy": write_copy_model(Path(tmp) / f"copy-h{hidden}-opset{opset}.onnx", opset,
+                                                       hidden=hidden)} if on_gpu else copy_models(Path(tmp), opset, hidden))
+            runs = dict(warmup=args.warmup, runs=args.runs) if WORKLOADS[workload].op_alone else \
                 dict(warmup=args.ffn_warmup, runs=args.ffn_runs)
             common = dict(workload=workload, beta=beta, threads=args.threads, opset=opset, exporter=exporter,
                           execution_provider=provider, **runs)
@@ -190,7 +194,7 @@ def bench(args) -> int:
             label = f"{spec['workload']:5} {spec['row']:13} {spec['ort_opt_level']:5}"
             print(f"[bench {number}/{len(specs)}] {label} ...", end=" ", flush=True)
             started = time.perf_counter()
-            result = subprocess.run([sys.executable, "-m", "bench.measure", json.dumps(spec)], capture_output=True,
+            result = subprocess.run([sys.executable, "-m", "infer.measure", json.dumps(spec)], capture_output=True,
                                     text=True, cwd=APP_ROOT)
             if result.returncode != 0:
                 print("failed", flush=True)
@@ -227,8 +231,8 @@ def main(argv: list[str] | None = None) -> int:
         if name == "dump":
             p.add_argument("--out", type=Path, required=True, help="directory for outputs.npz and provenance.json")
         if name == "bench":
-            p.add_argument("--workload", nargs="+", choices=["swish", "swish_large", "ffn"],
-                           help="default: swish and ffn, plus swish_large on CUDAExecutionProvider")
+            p.add_argument("--workload", nargs="+", choices=[*DEFAULT_WORKLOADS],
+                           help="default: swish, ffn and rms_norm, plus swish_large on CUDAExecutionProvider")
             p.add_argument("--threads", type=int, default=os.cpu_count(), help="ORT intra-op threads")
             p.add_argument("--warmup", type=int, default=10)
             p.add_argument("--runs", type=int, default=100)
@@ -238,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--opset", type=int, help="default: the newest in the artifacts")
             p.add_argument("--out", type=Path, help="write rows to OUT/<entry>/bench.csv and OUT/bench_all.csv "
                                                     "(the results/ layout; entry from $MYOPS_MATRIX_ENTRY)")
-    from . import doctor
+    from ort_plugin import doctor
 
     doctor.add_arguments(sub.add_parser("doctor", help=doctor.__doc__.splitlines()[0]))
     args = parser.parse_args(argv)

@@ -1,14 +1,15 @@
 """Measure ONE benchmark row in this (fresh) process and print it as JSON on the last line.
 
-    python -m bench.measure '{"row": "ort_custom", "workload": "swish", ...}'
+    python -m infer.measure '{"row": "ort_custom", "workload": "swish", ...}'
 
-A fresh process per row keeps peak-memory figures from leaking between rows. ORT rows never
-import torch: they measure what the inference side really is. With "execution_provider":
+A fresh process per row keeps peak-memory figures from leaking between rows. This module never
+imports torch: ORT rows measure what the inference side really is. PyTorch rows run the same
+measure() with their callables from bench.torch_rows (`python -m bench.torch_rows SPEC`). With "execution_provider":
 "CUDAExecutionProvider" an ORT row keeps x and y on the GPU (io binding), float32 MatMuls in float32
 (no TF32), and reports two times: per call, on the host between two stream synchronisations (what an
 ORT caller waits for, ORT's per-run overhead included), and per run of a batch queued without
 synchronisations (the device time once the GPU is the bottleneck). Its memory comes from NVML
-(bench.nvml), after a first run that pays the EP's one-off costs.
+(infer.nvml), after a first run that pays the EP's one-off costs.
 """
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ import numpy as np
 from .workloads import WORKLOADS, percentiles_ms
 
 TORCH_ROWS = ("torch_composite", "torch_extension", "torch_silu", "torch_rms_norm", "torch_compile", "torch_copy",
-              "torch_copy_into")
+              "torch_copy_into")  # measured by bench.torch_rows, which hands its callables to measure()
 ORT_ROWS = ("ort_composite", "ort_custom", "ort_copy", "ort_plugin_copy")
 PLUGIN_ROWS = ("ort_custom", "ort_plugin_copy")
 
@@ -51,55 +52,6 @@ def reset_peak() -> str:
 
 
 # ---------------------------------------------------------------- callables per row
-
-def _torch_functions(op: str, beta: float):
-    """Per row: the function the model calls in place of the fused op, and what the row's graph column says."""
-    import torch
-
-    import ops
-
-    if op == "rms_norm":
-        from ops.rms_norm import reference as rms_norm_reference
-
-        def native(x, weight, eps):
-            return torch.nn.functional.rms_norm(x, weight.shape, weight, eps)
-
-        return {"torch_composite": (rms_norm_reference, "x*rsqrt(mean(x^2)+eps)*w"),
-                "torch_extension": (ops.rms_norm, "myops::rms_norm"),
-                "torch_rms_norm": (native, "F.rms_norm"),
-                "torch_compile": (rms_norm_reference, "torch.compile(x*rsqrt(mean(x^2)+eps)*w)")}
-    return {"torch_composite": (ops.reference, "x*sigmoid(beta*x)"),
-            "torch_extension": (ops.swish, "myops::swish"),
-            "torch_silu": (lambda t, b: torch.nn.functional.silu(t), "F.silu"),
-            "torch_compile": (ops.reference, "torch.compile(x*sigmoid(beta*x))")}
-
-
-def _torch_callable(spec: dict, x_np):
-    import torch
-
-    torch.set_num_threads(spec["threads"])
-    import ops
-    from ops.export import build_model
-
-    ops.load()
-    x = torch.from_numpy(x_np)
-    if spec["row"] == "torch_copy":
-        return lambda: x.clone(), "torch.clone"
-    if spec["row"] == "torch_copy_into":
-        out = torch.empty_like(x)
-        return lambda: out.copy_(x), "Tensor.copy_ into a preallocated tensor"
-    workload = WORKLOADS[spec["workload"]]
-    function, graph = _torch_functions(workload.op, spec["beta"])[spec["row"]]
-    model = build_model(workload.model_name, beta=spec["beta"], hidden=workload.hidden, activation=function)
-    if spec["row"] == "torch_compile":
-        model = torch.compile(model)
-
-    def call():
-        with torch.inference_mode():
-            return model(x)
-
-    return call, graph
-
 
 CUDA_EP = "CUDAExecutionProvider"
 
@@ -262,18 +214,6 @@ def _profile_share(trace_path: str, op_type: str = "Swish") -> float | None:
     return round(custom / runs, 4) if runs else None
 
 
-def _torch_trace(call, prefix: str, calls: int = 10) -> str:
-    """A torch profiler chrome trace of a few calls, after the timed runs (so timing is unaffected)."""
-    import torch
-
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profiler:
-        for _ in range(calls):
-            call()
-    path = f"{prefix}.torch.json"
-    profiler.export_chrome_trace(path)
-    return path
-
-
 # ---------------------------------------------------------------- measurement
 
 def _mmap_large_blocks() -> None:
@@ -328,25 +268,6 @@ def keep_freed_blocks() -> None:
         return
     libc.mallopt(-4, 0)            # M_MMAP_MAX: no block from mmap
     libc.mallopt(-1, 2**31 - 1)    # M_TRIM_THRESHOLD: never give the top of the heap back
-
-
-def torch_peak_mb(spec: dict) -> float:
-    """A PyTorch row's memory, measured in a process of its own with every large block mmapped.
-
-    Not in the timing process: mmapping each tensor would add page faults to every timed call.
-    """
-    import subprocess
-
-    probe = dict(spec, memory_probe=True, warmup=0, runs=3, profile_prefix=None)
-    result = subprocess.run([sys.executable, "-m", "bench.measure", json.dumps(probe)], capture_output=True, text=True,
-                            timeout=600, env=dict(os.environ, OMP_NUM_THREADS=str(spec["threads"])))
-    if result.returncode != 0:
-        raise RuntimeError(f"memory probe of {spec['row']} failed: {result.stderr.strip()[-1500:]}")
-    return json.loads(result.stdout.strip().splitlines()[-1])["peak_mb"]
-
-
-TORCH_MEMORY_METHOD = ("peak RSS above baseline (VmHWM reset) in a separate process, after one untimed call, "
-                       "tensors mmapped: live bytes only")
 
 
 ORT_CUDA_MEMORY_METHOD = ("NVML device memory used after the timed runs minus after a first run on a one-row input "
@@ -422,7 +343,9 @@ def _ort_step(step: Callable, what: str):
         raise RowError(f"onnxruntime failed in {what}: {str(exc).strip().splitlines()[0][:400]}") from exc
 
 
-def measure(spec: dict) -> dict:
+def measure(spec: dict, torch_rows=None) -> dict:
+    """One row's figures. torch_rows: what PyTorch rows need (bench.torch_rows: callable, peak_mb,
+    trace, MEMORY_METHOD); without it a PyTorch row is refused."""
     if spec.get("memory_probe"):
         _mmap_large_blocks()
     workload = WORKLOADS[spec["workload"]]
@@ -430,9 +353,12 @@ def measure(spec: dict) -> dict:
     with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
         session, tf32, ort_row = None, None, None
         if spec["row"] in TORCH_ROWS:
+            if torch_rows is None:
+                raise RowError(f"{spec['row']} is a PyTorch row: measure it with python -m bench.torch_rows "
+                               "(the inference side has no torch)")
             if not spec.get("memory_probe"):
                 keep_freed_blocks()
-            call, graph = _torch_callable(spec, x_np)
+            call, graph = torch_rows.row_callable(spec, x_np)
             provider = "torch-cpu"
         else:
             ort_row = _ort_row(spec, x_np, Path(tmp))
@@ -473,7 +399,8 @@ def measure(spec: dict) -> dict:
             peak_mb = round(max(_status_kib("VmHWM") * 1024 - baseline, 0) / 2**20, 2)
         if session is None and not spec.get("memory_probe"):
             # Memory is measured once per row (bench.run asks in its first round only).
-            peak_mb, memory_method = (None, "") if spec.get("no_memory") else (torch_peak_mb(spec), TORCH_MEMORY_METHOD)
+            peak_mb, memory_method = (None, "") if spec.get("no_memory") else (torch_rows.peak_mb(spec),
+                                                                               torch_rows.MEMORY_METHOD)
         result = {
             **percentiles_ms(times),
             "seconds": times,
@@ -495,55 +422,15 @@ def measure(spec: dict) -> dict:
             op_type = OPS[WORKLOADS[spec["workload"]].op].onnx_type
             result["custom_node_share"] = _profile_share(trace, op_type) if spec["row"] == "ort_custom" else None
         elif spec.get("profile_prefix"):
-            result["trace"] = _torch_trace(call, spec["profile_prefix"])
+            result["trace"] = torch_rows.trace(call, spec["profile_prefix"])
     return result
 
 
-# ---------------------------------------------------------------- CUDA (used by bench.gpu_check)
-
-CUDA_MEMORY_METHOD = "torch.cuda.max_memory_allocated above memory_allocated at the row's start (peak reset per row)"
-
-
-def measure_cuda(call, warmup: int, runs: int) -> dict:
-    """Time `call` on the current CUDA stream two ways (bench.cuda_timing): per call, an event pair
-    around each run read after one sync (what a caller waits for, dispatch included); and the device
-    time per call, from batches queued behind a spin kernel.
-
-    Peak memory is the caching allocator's high-water mark above what was allocated when the row
-    started (inputs and saved tensors).
-    """
-    import torch
-
-    from .cuda_timing import PER_CALL_METHOD, LaunchBound, device_ms
-
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    baseline = torch.cuda.memory_allocated()
-    for _ in range(warmup):
-        call()
-    torch.cuda.synchronize()
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(runs)]
-    for start, end in events:
-        start.record()
-        call()
-        end.record()
-        end.synchronize()  # each call starts on an idle stream, as a caller's next call would
-    seconds = [start.elapsed_time(end) * 1e-3 for start, end in events]  # elapsed_time is in ms
-    peak = torch.cuda.max_memory_allocated() - baseline
-    try:
-        device, device_method = device_ms(call)
-        device = round(device, 5)
-    except LaunchBound as exc:
-        device, device_method = None, f"device: none ({exc})"
-    return {**percentiles_ms(seconds), "device_ms": device, "timing_method": f"{PER_CALL_METHOD}; {device_method}",
-            "peak_mb": round(max(peak, 0) / 2**20, 2), "memory_method": CUDA_MEMORY_METHOD}
-
-
-def main(argv: list[str]) -> int:
+def main(argv: list[str], torch_rows=None) -> int:
     spec = json.loads(argv[0])
     os.environ.setdefault("OMP_NUM_THREADS", str(spec["threads"]))
     try:
-        result = measure(spec)
+        result = measure(spec, torch_rows)
     except RowError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

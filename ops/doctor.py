@@ -1,4 +1,7 @@
-"""The lab's doctor: `nox -s doctor [-- MODEL.onnx ...]` or `python -m lab.doctor [MODEL.onnx ...]`.
+"""The lab's doctor: `nox -s doctor [-- MODEL.onnx ...]` or `python -m ops.doctor [MODEL.onnx ...]`.
+
+It lives on the training side, which may use the inference side (ort_plugin); the reverse never
+happens, and lab, the base package, uses neither.
 
 The training side first (torch, its CUDA, nvcc, the CXX11 ABI and CUDA major the extension was
 built with, the GPU against the extension's architectures), then everything the inference side's
@@ -15,7 +18,7 @@ from ort_plugin.diagnose import Finding
 from ort_plugin.doctor import add_arguments, ort_sections, report
 from ort_plugin.library_info import covers
 
-from .provenance import nvcc_version
+from lab.provenance import nvcc_version
 
 REBUILD = "rebuild it for this environment: python -m ops.build (or nox -s build -- --backend local)"
 
@@ -119,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     torch_findings, facts = torch_section()
     sections = [("torch", torch_findings)]
     if facts:
-        from ops.build import build_info
+        from .build import build_info
 
         info = build_info()
         sections.append(("extension", extension_findings(info, facts)))

@@ -63,7 +63,7 @@ def copy_models(directory: Path, opset: int, hidden: int = 768) -> dict:
 
 
 def record(entry: str, spec: dict, measured: dict, facts: dict) -> dict:
-    """One CSV row from a bench.measure spec, what it measured and the provenance facts."""
+    """One CSV row from a measure spec (infer.measure, bench.torch_rows), what it measured and the provenance facts."""
     return {
         "entry": entry, "workload": spec["workload"], "op": WORKLOADS[spec["workload"]].op, "row": spec["row"],
         "dtype": "float32",
@@ -90,17 +90,6 @@ def record(entry: str, spec: dict, measured: dict, facts: dict) -> dict:
         "model_sha256": file_sha256(spec["model_path"]) if spec.get("model_path") else None,
         "timestamp": facts.get("timestamp"),
     }
-
-
-def timing_figures(seconds_by_process: list[list[float]]) -> dict:
-    """A row's timing columns from its processes' runs: percentiles of the pool, the median's 95% interval
-    (bench.stats) and the spread between processes."""
-    from .stats import summarise
-
-    summary = summarise(seconds_by_process)
-    return dict(percentiles_ms([s for g in seconds_by_process for s in g]), processes=summary.processes,
-                ci_low_ms=round(summary.ci_low * 1e3, 4), ci_high_ms=round(summary.ci_high * 1e3, 4),
-                process_spread=round(summary.process_spread, 4))
 
 
 def samples_of(row: dict, results: list[dict]) -> list[dict]:

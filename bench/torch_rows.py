@@ -1,0 +1,141 @@
+"""The PyTorch rows of the benchmark: what infer.measure's measure() times for them.
+
+    python -m bench.torch_rows '{"row": "torch_extension", "workload": "swish", ...}'
+
+The timing loop, memory baseline and result format are infer.measure's, shared with the ONNX
+Runtime rows; this module adds the callables (the fused op, its composite, the native PyTorch
+function, torch.compile, copies), their memory probe and profiler trace, and measure_cuda for
+bench.gpu_check.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from infer.measure import TORCH_ROWS, main as measure_main  # noqa: F401 (TORCH_ROWS: what this module serves)
+from infer.workloads import WORKLOADS, percentiles_ms
+
+
+def _torch_functions(op: str, beta: float):
+    """Per row: the function the model calls in place of the fused op, and what the row's graph column says."""
+    import torch
+
+    import ops
+
+    if op == "rms_norm":
+        from ops.rms_norm import reference as rms_norm_reference
+
+        def native(x, weight, eps):
+            return torch.nn.functional.rms_norm(x, weight.shape, weight, eps)
+
+        return {"torch_composite": (rms_norm_reference, "x*rsqrt(mean(x^2)+eps)*w"),
+                "torch_extension": (ops.rms_norm, "myops::rms_norm"),
+                "torch_rms_norm": (native, "F.rms_norm"),
+                "torch_compile": (rms_norm_reference, "torch.compile(x*rsqrt(mean(x^2)+eps)*w)")}
+    return {"torch_composite": (ops.reference, "x*sigmoid(beta*x)"),
+            "torch_extension": (ops.swish, "myops::swish"),
+            "torch_silu": (lambda t, b: torch.nn.functional.silu(t), "F.silu"),
+            "torch_compile": (ops.reference, "torch.compile(x*sigmoid(beta*x))")}
+
+
+def row_callable(spec: dict, x_np):
+    import torch
+
+    torch.set_num_threads(spec["threads"])
+    import ops
+    from ops.export import build_model
+
+    ops.load()
+    x = torch.from_numpy(x_np)
+    if spec["row"] == "torch_copy":
+        return lambda: x.clone(), "torch.clone"
+    if spec["row"] == "torch_copy_into":
+        out = torch.empty_like(x)
+        return lambda: out.copy_(x), "Tensor.copy_ into a preallocated tensor"
+    workload = WORKLOADS[spec["workload"]]
+    function, graph = _torch_functions(workload.op, spec["beta"])[spec["row"]]
+    model = build_model(workload.model_name, beta=spec["beta"], hidden=workload.hidden, activation=function)
+    if spec["row"] == "torch_compile":
+        model = torch.compile(model)
+
+    def call():
+        with torch.inference_mode():
+            return model(x)
+
+    return call, graph
+
+
+def trace(call, prefix: str, calls: int = 10) -> str:
+    """A torch profiler chrome trace of a few calls, after the timed runs (so timing is unaffected)."""
+    import torch
+
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profiler:
+        for _ in range(calls):
+            call()
+    path = f"{prefix}.torch.json"
+    profiler.export_chrome_trace(path)
+    return path
+
+
+def peak_mb(spec: dict) -> float:
+    """A PyTorch row's memory, measured in a process of its own with every large block mmapped.
+
+    Not in the timing process: mmapping each tensor would add page faults to every timed call.
+    """
+    import subprocess
+
+    probe = dict(spec, memory_probe=True, warmup=0, runs=3, profile_prefix=None)
+    result = subprocess.run([sys.executable, "-m", "bench.torch_rows", json.dumps(probe)], capture_output=True, text=True,
+                            timeout=600, env=dict(os.environ, OMP_NUM_THREADS=str(spec["threads"])))
+    if result.returncode != 0:
+        raise RuntimeError(f"memory probe of {spec['row']} failed: {result.stderr.strip()[-1500:]}")
+    return json.loads(result.stdout.strip().splitlines()[-1])["peak_mb"]
+
+
+MEMORY_METHOD = ("peak RSS above baseline (VmHWM reset) in a separate process, after one untimed call, "
+                       "tensors mmapped: live bytes only")
+
+
+# ---------------------------------------------------------------- CUDA (used by bench.gpu_check)
+
+CUDA_MEMORY_METHOD = "torch.cuda.max_memory_allocated above memory_allocated at the row's start (peak reset per row)"
+
+
+def measure_cuda(call, warmup: int, runs: int) -> dict:
+    """Time `call` on the current CUDA stream two ways (bench.cuda_timing): per call, an event pair
+    around each run read after one sync (what a caller waits for, dispatch included); and the device
+    time per call, from batches queued behind a spin kernel.
+
+    Peak memory is the caching allocator's high-water mark above what was allocated when the row
+    started (inputs and saved tensors).
+    """
+    import torch
+
+    from .cuda_timing import PER_CALL_METHOD, LaunchBound, device_ms
+
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    baseline = torch.cuda.memory_allocated()
+    for _ in range(warmup):
+        call()
+    torch.cuda.synchronize()
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(runs)]
+    for start, end in events:
+        start.record()
+        call()
+        end.record()
+        end.synchronize()  # each call starts on an idle stream, as a caller's next call would
+    seconds = [start.elapsed_time(end) * 1e-3 for start, end in events]  # elapsed_time is in ms
+    peak = torch.cuda.max_memory_allocated() - baseline
+    try:
+        device, device_method = device_ms(call)
+        device = round(device, 5)
+    except LaunchBound as exc:
+        device, device_method = None, f"device: none ({exc})"
+    return {**percentiles_ms(seconds), "device_ms": device, "timing_method": f"{PER_CALL_METHOD}; {device_method}",
+            "peak_mb": round(max(peak, 0) / 2**20, 2), "memory_method": CUDA_MEMORY_METHOD}
+
+
+if __name__ == "__main__":
+    raise SystemExit(measure_main(sys.argv[1:], torch_rows=sys.modules[__name__]))

@@ -1,0 +1,89 @@
+"""The packages import each other in one direction only, and the inference side never imports torch.
+
+Every import statement counts, at module level or inside a function: a lazy import is still a
+dependency. Layers, lowest first:
+
+    lab         the base: matrix, files, provenance, the ORT header pin, image plumbing
+    opspec      the ops as ONNX sees them
+    ort_plugin  the ONNX Runtime plugin: build, loader, doctor (torch-free)
+    infer       the inference side's runner and benchmark rows (torch-free; the infer image)
+    ops         the training side: the PyTorch extension, export, artifacts, the lab's doctor
+    bench       the main job: PyTorch rows, rounds, targets, reports, fan-out, gpu_check
+
+A package may import only packages below it, so no two packages can import each other.
+"""
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+LAYERS = ["lab", "opspec", "ort_plugin", "infer", "ops", "bench"]
+TORCH_FREE = ["lab", "opspec", "ort_plugin", "infer"]
+# lab.provenance records torch's version where torch is installed (inside try/except ImportError).
+GUARDED_TORCH = {"lab/provenance.py"}
+
+
+def imports_of(path: Path) -> list[tuple[str, int]]:
+    """(top-level module, line) of every absolute import in a file; relative ones stay in the package."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found += [(alias.name.split(".")[0], node.lineno) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.append((node.module.split(".")[0], node.lineno))
+    return found
+
+
+def package_files(package: str) -> list[Path]:
+    return sorted(p for p in (REPO / package).rglob("*.py") if "__pycache__" not in p.parts)
+
+
+@pytest.fixture(scope="module")
+def edges() -> dict[tuple[str, str], list[str]]:
+    """(importer, imported) package -> where: file:line of each import."""
+    found = defaultdict(list)
+    for package in LAYERS:
+        for path in package_files(package):
+            for module, line in imports_of(path):
+                if module in LAYERS and module != package:
+                    found[package, module].append(f"{path.relative_to(REPO)}:{line}")
+    return found
+
+
+def test_every_package_is_in_a_layer():
+    packages = {p.parent.name for p in REPO.glob("*/__init__.py")}
+    assert packages - {"tests"} == set(LAYERS), "add the new package to LAYERS in tests/test_layers.py"
+
+
+def test_packages_import_only_the_layers_below(edges):
+    upward = [f"{importer} imports {imported} ({', '.join(where[:3])})" for (importer, imported), where in edges.items()
+              if LAYERS.index(imported) > LAYERS.index(importer)]
+    assert not upward, "imports against the layering:\n" + "\n".join(upward)
+
+
+def test_no_package_imports_one_that_imports_it_back(edges):
+    cycles = sorted({tuple(sorted(pair)) for pair in edges if (pair[1], pair[0]) in edges})
+    assert not cycles, f"packages importing each other: {cycles}"
+
+
+def test_the_base_package_imports_no_other_package(edges):
+    assert not [pair for pair in edges if pair[0] == "lab"], "lab must stay the base: matrix, files, provenance, header pin"
+
+
+@pytest.mark.parametrize("package", TORCH_FREE)
+def test_the_inference_side_never_imports_torch_or_the_training_side(package):
+    bad = [f"{path.relative_to(REPO)}:{line} imports {module}" for path in package_files(package)
+           for module, line in imports_of(path)
+           if module in ("torch", "ops", "bench") and str(path.relative_to(REPO)) not in GUARDED_TORCH]
+    assert not bad, bad
+
+
+def test_the_walk_sees_lazy_imports(tmp_path):
+    # A test that cannot fail proves nothing: an import inside a function must be found.
+    source = tmp_path / "lazy.py"
+    source.write_text("def f():\n    from bench.run import main\n    import torch.nn\n")
+    assert imports_of(source) == [("bench", 2), ("torch", 3)]
