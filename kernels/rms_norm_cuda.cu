@@ -90,14 +90,37 @@ __global__ void backward_dx_kernel(const T* grad, const T* x, const T* w, T* dx,
   }
 }
 
-// dw[j] = sum over rows of grad * x * inv: one thread per column, so neighbouring threads read
-// neighbouring addresses of each row; no atomics, so the sum order is fixed.
+// dw[j] = sum over rows of grad * x * inv, in two passes with no atomics (so the order of the sums
+// is fixed): each block of the first sums one chunk of kChunkRows rows for a strip of columns, one
+// thread per column (neighbouring threads read neighbouring addresses); the second adds the chunks
+// of each column in order. One pass over all rows per column left most of a large GPU idle.
+constexpr int64_t kChunkRows = 64;
+constexpr int64_t kMaxChunks = 65535;
+
+int64_t chunks_for(int64_t rows) { return std::min<int64_t>((rows + kChunkRows - 1) / kChunkRows, kMaxChunks); }
+
 template <typename T>
-__global__ void backward_dw_kernel(const T* grad, const T* x, const float* inv, T* dw, int64_t rows, int64_t cols) {
+__global__ void backward_dw_partial_kernel(const T* grad, const T* x, const float* inv, float* partial, int64_t rows,
+                                           int64_t cols, int64_t rows_per_chunk) {
+  const int64_t chunk = blockIdx.y;
+  const int64_t first = chunk * rows_per_chunk;
+  const int64_t last = first + rows_per_chunk < rows ? first + rows_per_chunk : rows;
   for (int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < cols;
        j += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     float sum = 0.0f;
-    for (int64_t row = 0; row < rows; ++row) sum += to_float(grad[row * cols + j]) * (to_float(x[row * cols + j]) * inv[row]);
+    for (int64_t row = first; row < last; ++row) {
+      sum += to_float(grad[row * cols + j]) * (to_float(x[row * cols + j]) * inv[row]);
+    }
+    partial[chunk * cols + j] = sum;
+  }
+}
+
+template <typename T>
+__global__ void backward_dw_final_kernel(const float* partial, T* dw, int64_t chunks, int64_t cols) {
+  for (int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < cols;
+       j += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    float sum = 0.0f;
+    for (int64_t c = 0; c < chunks; ++c) sum += partial[c * cols + j];
     dw[j] = from_float<T>(sum);
   }
 }
@@ -121,7 +144,13 @@ cudaError_t launch_backward(const void* grad, const void* x, const void* w, void
                                                                    static_cast<T*>(dx), inv, rows, cols, eps);
   if (const cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   const auto column_blocks = static_cast<unsigned>(std::min<int64_t>((cols + kThreads - 1) / kThreads, kMaxBlocks));
-  backward_dw_kernel<T><<<column_blocks, kThreads, 0, stream>>>(g, xt, inv, static_cast<T*>(dw), rows, cols);
+  const int64_t chunks = chunks_for(rows);
+  const int64_t rows_per_chunk = (rows + chunks - 1) / chunks;
+  float* partial = inv + rows;
+  backward_dw_partial_kernel<T><<<dim3(column_blocks, static_cast<unsigned>(chunks)), kThreads, 0, stream>>>(
+      g, xt, inv, partial, rows, cols, rows_per_chunk);
+  if (const cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
+  backward_dw_final_kernel<T><<<column_blocks, kThreads, 0, stream>>>(partial, static_cast<T*>(dw), chunks, cols);
   return cudaGetLastError();
 }
 
@@ -136,6 +165,8 @@ cudaError_t forward(const void* x, const void* weight, void* y, int64_t rows, in
     default: return internal::launch_forward<float>(x, weight, y, rows, cols, eps, stream);
   }
 }
+
+int64_t backward_workspace_floats(int64_t rows, int64_t cols) { return rows + internal::chunks_for(rows) * cols; }
 
 cudaError_t backward(const void* grad, const void* x, const void* weight, void* dx, void* dw, float* inv_rms_workspace,
                      int64_t rows, int64_t cols, float eps, DType dtype, cudaStream_t stream) {

@@ -17,8 +17,10 @@ using swish::cuda::DType;
 // Both return the launch status (cudaGetLastError) without synchronising.
 cudaError_t forward(const void* x, const void* weight, void* y, int64_t rows, int64_t cols, float eps, DType dtype,
                     cudaStream_t stream);
-// inv_rms_workspace: `rows` floats of device memory the caller owns (read back by the dw pass).
-cudaError_t backward(const void* grad, const void* x, const void* weight, void* dx, void* dw, float* inv_rms_workspace,
+// workspace: backward_workspace_floats(rows, cols) floats of device memory the caller owns (each
+// row's inv_rms, then the weight gradient's per-chunk partial sums).
+int64_t backward_workspace_floats(int64_t rows, int64_t cols);
+cudaError_t backward(const void* grad, const void* x, const void* weight, void* dx, void* dw, float* workspace,
                      int64_t rows, int64_t cols, float eps, DType dtype, cudaStream_t stream);
 
 }  // namespace cuda

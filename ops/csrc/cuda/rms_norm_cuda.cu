@@ -67,10 +67,11 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_backward_cuda(const at::Tensor& grad
   at::Tensor dw = at::empty_like(wc, at::MemoryFormat::Contiguous);
   const int64_t cols = xc.size(-1);
   const int64_t rows = cols == 0 ? 0 : xc.numel() / cols;
-  at::Tensor inv_rms = at::empty({rows}, xc.options().dtype(at::kFloat));
+  at::Tensor workspace =
+      at::empty({rms_norm::cuda::backward_workspace_floats(rows, cols)}, xc.options().dtype(at::kFloat));
   check_launch(rms_norm::cuda::backward(gc.const_data_ptr(), xc.const_data_ptr(), wc.const_data_ptr(),
                                         dx.mutable_data_ptr(), dw.mutable_data_ptr(),
-                                        inv_rms.mutable_data_ptr<float>(), rows, cols, static_cast<float>(eps), dtype,
+                                        workspace.mutable_data_ptr<float>(), rows, cols, static_cast<float>(eps), dtype,
                                         c10::cuda::getCurrentCUDAStream()),
                "rms_norm_backward");
   return {dx, dw};
