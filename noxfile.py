@@ -424,9 +424,7 @@ def _fan_out(session: nox.Session, specs: list[str], rest: list[str]) -> None:
 @nox.session
 def doctor(session: nox.Session) -> None:
     """Diagnose this machine: torch/nvcc/ABI, GPU vs compiled architectures, ORT, the plugin, and given ONNX files."""
-    if any(a in ("-h", "--help") for a in session.posargs):
-        session.run(sys.executable, "-m", "ops.doctor", "--help", external=True, env={"PYTHONPATH": str(REPO)})
-        return
+    # --help too runs in the entry's environment: the doctor imports torch and numpy, which nox's has not.
     _install(session, _entry(session, matrix.DEFAULT_ENTRY))
     _build(session)
     session.run("python", "-m", "ops.doctor", *session.posargs)

@@ -168,18 +168,18 @@ cudaError_t forward(const void* x, const void* weight, void* y, int64_t rows, in
 
 int64_t backward_workspace_floats(int64_t rows, int64_t cols) { return rows + internal::chunks_for(rows) * cols; }
 
-cudaError_t backward(const void* grad, const void* x, const void* weight, void* dx, void* dw, float* inv_rms_workspace,
+cudaError_t backward(const void* grad, const void* x, const void* weight, void* dx, void* dw, float* workspace,
                      int64_t rows, int64_t cols, float eps, DType dtype, cudaStream_t stream) {
   if (cols == 0) return cudaSuccess;
   if (rows == 0) return cudaMemsetAsync(dw, 0, static_cast<size_t>(cols) * (dtype == DType::kFloat32 ? 4 : 2), stream);
   switch (dtype) {
     case DType::kFloat16:
-      return internal::launch_backward<__half>(grad, x, weight, dx, dw, inv_rms_workspace, rows, cols, eps, stream);
+      return internal::launch_backward<__half>(grad, x, weight, dx, dw, workspace, rows, cols, eps, stream);
     case DType::kBFloat16:
-      return internal::launch_backward<__nv_bfloat16>(grad, x, weight, dx, dw, inv_rms_workspace, rows, cols, eps,
+      return internal::launch_backward<__nv_bfloat16>(grad, x, weight, dx, dw, workspace, rows, cols, eps,
                                                       stream);
     default:
-      return internal::launch_backward<float>(grad, x, weight, dx, dw, inv_rms_workspace, rows, cols, eps, stream);
+      return internal::launch_backward<float>(grad, x, weight, dx, dw, workspace, rows, cols, eps, stream);
   }
 }
 
