@@ -74,24 +74,31 @@ def _setup(spec: dict) -> None:
     ops.load()
 
 
-def _callables(spec: dict, x_np) -> dict:
+def _shared_pool_session(path: str, x_np, plugin: str | None = None):
+    """One run of an ORT session on the process's shared intra-op pool (see _shared_ort_pool)."""
     import onnxruntime as ort
+
+    from ort_plugin import register
+
+    options = ort.SessionOptions()
+    options.use_per_session_threads = False
+    options.log_severity_level = 3
+    if plugin:
+        register(options, plugin)
+    session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+    return lambda: session.run(None, {"x": x_np})
+
+
+def _callables(spec: dict, x_np) -> dict:
     import torch
 
     import ops
-    from ort_plugin import register
 
     x = torch.from_numpy(x_np)
     paths = spec["models"]
 
     def session(path, with_plugin=False):
-        options = ort.SessionOptions()
-        options.use_per_session_threads = False
-        options.log_severity_level = 3
-        if with_plugin:
-            register(options, spec["plugin"])
-        s = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
-        return lambda: s.run(None, {"x": x_np})
+        return _shared_pool_session(path, x_np, spec["plugin"] if with_plugin else None)
 
     beta = spec["beta"]
     out = torch.empty_like(x)
@@ -113,25 +120,17 @@ def _callables(spec: dict, x_np) -> dict:
 
 
 def _rms_norm_callables(spec: dict, paths: dict, x_np) -> dict:
-    import onnxruntime as ort
     import torch
 
     import ops
     from ops.export import build_model
-    from ort_plugin import register
 
     x = torch.from_numpy(x_np)
     model = build_model("rms_norm", hidden=x_np.shape[-1])  # the weight the exported models hold
     weight, eps = model.weight.detach(), model.eps
 
     def session(path, with_plugin=False):
-        options = ort.SessionOptions()
-        options.use_per_session_threads = False
-        options.log_severity_level = 3
-        if with_plugin:
-            register(options, spec["plugin"])
-        s = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
-        return lambda: s.run(None, {"x": x_np})
+        return _shared_pool_session(path, x_np, spec["plugin"] if with_plugin else None)
 
     calls = {
         "ort_custom": session(paths["custom"], with_plugin=True),

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 
+#include "cuda_storage.cuh"
 #include "rms_norm_cuda.h"
 
 namespace rms_norm {
@@ -17,12 +18,8 @@ constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int64_t kMaxBlocks = 65535;
 
-template <typename T> __device__ __forceinline__ float to_float(T v) { return static_cast<float>(v); }
-template <> __device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
-template <> __device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-template <typename T> __device__ __forceinline__ T from_float(float v) { return static_cast<T>(v); }
-template <> __device__ __forceinline__ __half from_float(float v) { return __float2half_rn(v); }
-template <> __device__ __forceinline__ __nv_bfloat16 from_float(float v) { return __float2bfloat16_rn(v); }
+using myops_cuda::from_float;
+using myops_cuda::to_float;
 
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "cuda_storage.cuh"
 #include "swish.h"
 #include "swish_cuda.h"
 
@@ -19,12 +20,8 @@ constexpr int kThreads = 256;
 constexpr int64_t kMaxBlocks = 65535;
 constexpr int kVecBytes = 16;  // one 128-bit load or store per thread and step
 
-template <typename T> __device__ __forceinline__ float to_float(T v) { return static_cast<float>(v); }
-template <> __device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
-template <> __device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-template <typename T> __device__ __forceinline__ T from_float(float v) { return static_cast<T>(v); }
-template <> __device__ __forceinline__ __half from_float(float v) { return __float2half_rn(v); }
-template <> __device__ __forceinline__ __nv_bfloat16 from_float(float v) { return __float2bfloat16_rn(v); }
+using myops_cuda::from_float;
+using myops_cuda::to_float;
 
 template <typename T, int N>
 struct alignas(sizeof(T) * N) Pack {
