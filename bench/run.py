@@ -229,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
             samples += sweep_samples
             print(f"[bench] sweep measured ({time.perf_counter() - started:.0f} s since start)", flush=True)
         target_rows = []
-        if not args.no_targets and {"swish", "rms_norm", "rms_norm_4096"} & set(args.workload):
+        if not args.no_targets and any(WORKLOADS[w].op_alone for w in args.workload):  # the FFN has no targets
             from .targets import measure_targets
 
             target_rows = measure_targets(args, models, plugin, rows, facts)

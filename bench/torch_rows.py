@@ -13,7 +13,7 @@ import json
 import os
 import sys
 
-from infer.measure import TORCH_ROWS, main as measure_main  # noqa: F401 (TORCH_ROWS: what this module serves)
+from infer.measure import main as measure_main
 from infer.workloads import WORKLOADS, percentiles_ms
 
 
@@ -94,7 +94,7 @@ def peak_mb(spec: dict) -> float:
 
 
 MEMORY_METHOD = ("peak RSS above baseline (VmHWM reset) in a separate process, after one untimed call, "
-                       "tensors mmapped: live bytes only")
+                 "tensors mmapped: live bytes only")
 
 
 # ---------------------------------------------------------------- CUDA (used by bench.gpu_check)

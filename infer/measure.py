@@ -4,8 +4,9 @@
 
 A fresh process per row keeps peak-memory figures from leaking between rows. This module never
 imports torch: ORT rows measure what the inference side really is. PyTorch rows run the same
-measure() with their callables from bench.torch_rows (`python -m bench.torch_rows SPEC`). With "execution_provider":
-"CUDAExecutionProvider" an ORT row keeps x and y on the GPU (io binding), float32 MatMuls in float32
+measure() with their callables from bench.torch_rows (`python -m bench.torch_rows SPEC`).
+
+With "execution_provider": "CUDAExecutionProvider" an ORT row keeps x and y on the GPU (io binding), float32 MatMuls in float32
 (no TF32), and reports two times: per call, on the host between two stream synchronisations (what an
 ORT caller waits for, ORT's per-run overhead included), and per run of a batch queued without
 synchronisations (the device time once the GPU is the bottleneck). Its memory comes from NVML

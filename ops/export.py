@@ -34,6 +34,8 @@ import onnx
 import onnx.version_converter
 import torch
 
+from opspec import DOMAIN, DOMAIN_VERSION
+
 from . import load as load_extension
 from . import rms_norm_onnx
 from .rms_norm import rms_norm
@@ -41,8 +43,6 @@ from .swish import swish
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_OUT_DIR = REPO / "build" / "onnx"
-DOMAIN = "myops"
-DOMAIN_VERSION = 1
 EXPORTERS = ("torchscript", "dynamo")
 LOWERINGS = ("custom", "decomposed")
 MODELS = ("swish", "ffn", "rms_norm")
@@ -242,15 +242,14 @@ def available_exporters() -> list[str]:
 
 
 def _export_torchscript(model, example, path: Path, *, lowering: str, opset: int, symbolic_opset: int = 1,
-                        dynamic_axes: dict | None = None, op: OpExport | None = None) -> None:
-    op = op or OP_EXPORTS["swish"]
+                        dynamic_axes: dict | None = None, op: OpExport) -> None:
     if not hasattr(torch.onnx, "register_custom_op_symbolic"):
         raise ExportError(f"torch {torch.__version__} has no TorchScript ONNX exporter (dynamo=False): use --exporter dynamo")
     if opset > TORCHSCRIPT_MAX_OPSET:
         raise ExportError(f"the TorchScript exporter stops at opset {TORCHSCRIPT_MAX_OPSET}; got {opset}: use --exporter dynamo")
     name = op.torch_name
     # NOTE: the symbolic's own opset (1 here) must be <= the export opset, and it is looked up by
-    # the exact schema name of TORCH_LIBRARY: "myops::swish".
+    # the exact schema name of TORCH_LIBRARY ("myops::swish", "myops::rms_norm").
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # unregistering a name never registered warns
         torch.onnx.unregister_custom_op_symbolic(name, 1)
@@ -306,8 +305,7 @@ def _dynamo_translation(lowering: str, opset: int):
 
 
 def _export_dynamo(model, example, path: Path, *, lowering: str, opset: int, dynamic_axes: dict | None = None,
-                   op: OpExport | None = None) -> None:
-    op = op or OP_EXPORTS["swish"]
+                   op: OpExport) -> None:
     try:
         import onnxscript
     except ImportError as exc:
@@ -419,8 +417,8 @@ class OpExport:
 
 OP_EXPORTS = {
     "swish": OpExport(
-        torch_name=f"{DOMAIN}::swish", symbolic=lambda lowering: _torchscript_symbolic(lowering),
-        translation=lambda lowering, opset: _dynamo_translation(lowering, opset), register_schema=lambda: register_onnx_schema(),
+        torch_name=f"{DOMAIN}::swish", symbolic=_torchscript_symbolic, translation=_dynamo_translation,
+        register_schema=register_onnx_schema,
         expected=lambda lowering, opset, exporter, beta: expected_activation(lowering, opset, beta, exporter),
         node_types=frozenset({f"{DOMAIN}::Swish", *ACTIVATION_OPS})),
     "rms_norm": OpExport(
