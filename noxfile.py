@@ -212,7 +212,7 @@ def publish(session: nox.Session) -> None:
 
 @nox.session
 def export(session: nox.Session) -> None:
-    """Export every model (ops.export.MODELS) with both exporters, both lowerings and every opset to build/onnx."""
+    """Export every op's models (ops.export.MODELS, from ops.registry) with both exporters, both lowerings and every opset to build/onnx."""
     parser = argparse.ArgumentParser(prog="nox -s export --", description=export.__doc__)
     parser.add_argument("--entry", default=matrix.DEFAULT_ENTRY)
     parser.add_argument("--beta", type=float, default=1.0)
@@ -284,8 +284,9 @@ def _cuda_home(session: nox.Session) -> str:
 # Loading needs no GPU: it registers the kernels; running them would need one.
 _CUDA_KERNEL_REGISTERED = (
     "import sys, torch; from ops.build import build_info; torch.ops.load_library(build_info()['library']); "
-    "missing = [op for op in ('myops::swish', 'myops::rms_norm') "
-    "if not torch._C._dispatch_has_kernel_for_dispatch_key(op, 'CUDA')]; "
+    "from opspec import TORCH_OPS; "
+    "missing = [f'myops::{op}' for op in TORCH_OPS "
+    "if not torch._C._dispatch_has_kernel_for_dispatch_key(f'myops::{op}', 'CUDA')]; "
     "print(f'CUDA kernels registered after loading; missing: {missing or None}'); sys.exit(1 if missing else 0)"
 )
 

@@ -14,6 +14,9 @@ from pathlib import Path
 
 from lab.files import read_csv, write_text_atomic
 
+from infer.workloads import WORKLOADS
+from opspec import OPS
+
 from . import cpu_summary
 from .cpu_summary import SHORT
 from .stats import timing_figures
@@ -31,9 +34,10 @@ FOUR_ROWS = [
     ("ONNX Runtime, native composite (BASIC level)", "ort_composite", "basic"),
     ("ONNX Runtime, custom op", "ort_custom", "all"),
 ]
+NATIVE_TITLES = {"torch_silu": "torch.nn.functional.silu", "torch_rms_norm": "torch.nn.functional.rms_norm"}
 REFERENCE_ROWS = [
-    ("torch.nn.functional.silu", "torch_silu", ""),
-    ("torch.nn.functional.rms_norm", "torch_rms_norm", ""),
+    *((NATIVE_TITLES.get(spec.native_row, f"PyTorch's own ({spec.native_row})"), spec.native_row, "")
+      for spec in OPS.values() if spec.native_row),
     ("torch.compile(composite)", "torch_compile", ""),
     ("copy, PyTorch (clone)", "torch_copy", ""),
     ("copy, PyTorch (copy_ into a preallocated tensor)", "torch_copy_into", ""),
@@ -46,9 +50,8 @@ BACKWARD_ROWS = [
     ("torch.nn.functional.silu, backward", "torch_silu_backward", ""),
 ]
 ALL_ROWS = FOUR_ROWS + REFERENCE_ROWS + BACKWARD_ROWS
-WORKLOAD_TITLES = {"swish": "activation alone", "swish_large": "activation alone, large tensor",
-                   "ffn": "FFN block (Linear 768->3072, Swish, Linear 3072->768)",
-                   "rms_norm": "RMSNorm alone", "rms_norm_4096": "RMSNorm alone, hidden 4096"}
+# Swish first (the lab's first op), then the others' as opspec declares them.
+WORKLOAD_TITLES = {name: w.title for name, w in sorted(WORKLOADS.items(), key=lambda item: item[1].op != "swish")}
 DTYPES = ["float32", "float16", "bfloat16"]
 
 
@@ -58,12 +61,12 @@ def _op(row: dict) -> str:
 
 
 def _coefficient(row: dict) -> str:
-    """What parametrises the row's op: Swish's beta; RMSNorm's epsilon is the model's default."""
-    if _op(row) == "rms_norm":
-        from opspec import OPS
-
-        return f"eps {OPS['rms_norm'].attributes['epsilon']:g}"
-    return f"beta {row['beta']}"
+    """What parametrises the row's op: Swish's beta (the bench's --beta); another op's attributes are
+    its declared defaults."""
+    attributes = OPS[_op(row)].attributes
+    if "beta" in attributes:
+        return f"beta {row['beta']}"
+    return ", ".join(f"{name} {value:g}" for name, value in attributes.items()) or "no attributes"
 
 
 def _pick(rows, row, level, key, value):

@@ -43,10 +43,8 @@ def plan(args, opsets: list[int], models: dict, plugin: str) -> list[dict]:
         runs = dict(warmup=args.warmup, runs=args.runs) if workload.op_alone else \
             dict(warmup=args.ffn_warmup, runs=args.ffn_runs, rounds=args.ffn_rounds)
         common = dict(workload=name, beta=args.beta, threads=args.threads, **runs)
-        native = NATIVE_ROWS[workload.op]
-        # F.silu is Swish at beta 1 only; F.rms_norm came with torch 2.4.
-        has_native = args.beta == 1.0 if workload.op == "swish" else native_available(workload.op)
-        torch_rows = ["torch_composite", "torch_extension"] + ([native] if has_native else [])
+        native = NATIVE_ROWS.get(workload.op)
+        torch_rows = ["torch_composite", "torch_extension"] + ([native] if native and native_applies(workload.op, args.beta) else [])
         torch_rows += ["torch_copy", "torch_copy_into"] if workload.op_alone else []
         specs += [dict(common, row=row) for row in torch_rows]
         # A reference row whose every process first compiles for ~8 s: measured in the first round only.
@@ -56,10 +54,13 @@ def plan(args, opsets: list[int], models: dict, plugin: str) -> list[dict]:
     return specs + capped_specs(specs, args.isa_paths)
 
 
-def native_available(op: str) -> bool:
-    import torch
+def native_applies(op: str, beta: float) -> bool:
+    """Whether PyTorch's own function is the op with these attributes on this torch (F.silu is Swish
+    at beta 1 only; F.rms_norm came with torch 2.4): the op's declaration says."""
+    from ops.registry import OPS
 
-    return op != "rms_norm" or hasattr(torch.nn.functional, "rms_norm")
+    declared = OPS[op]
+    return declared.native is not None and declared.native_applies(declared.attributes(beta=beta))
 
 
 def export_models(args, opsets: list[int], out: Path) -> dict:
@@ -133,7 +134,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.splitlines()[0])
     parser.add_argument("--entry", default=matrix.DEFAULT_ENTRY, help="matrix entry (default: cpu)")
     parser.add_argument("--workload", nargs="+", choices=sorted(set(WORKLOADS) - set(GPU_ONLY_WORKLOADS)),
-                        default=["swish", "ffn", "rms_norm", "rms_norm_4096"])
+                        default=[w for w in WORKLOADS if w not in GPU_ONLY_WORKLOADS],
+                        help="default: every op's CPU workloads (opspec/<op>.py)")
     parser.add_argument("--beta", type=float, default=1.0)
     parser.add_argument("--threads", type=int, default=os.cpu_count(), help="torch and ORT intra-op threads")
     parser.add_argument("--warmup", type=int, default=10)

@@ -43,13 +43,10 @@ TARGETS = [
     ("extension op vs F.silu", "torch_extension", ("torch_silu",), 1.0),
     ("extension op vs PyTorch composite", "torch_extension", ("torch_composite",), 0.7),
 ]
-# RMSNorm's, at each rms_norm workload (8x512x768, 8x512x4096): ORT's own kernel for the decomposed
-# graph is the SimplifiedLayerNormalization its default level fuses it into.
-RMS_NORM_TARGETS = [
-    ("extension op vs F.rms_norm", "torch_extension", ("torch_rms_norm",), 1.0),
-    ("ORT custom op vs ORT composite (default level: SimplifiedLayerNormalization)", "ort_custom",
-     ("ort_composite_all",), 1.0),
-]
+# Those are Swish's (its copy floors need rows of their own). Every other op declares its targets in
+# ops/<op>.py (TorchOp.targets), measured at each of its op-alone workloads with the rows of
+# _op_callables (RMSNorm: vs F.rms_norm, and vs the SimplifiedLayerNormalization ORT fuses its
+# decomposed graph into).
 COPY_NAMES = {"ort_plugin_copy": "the plugin's myops::Copy", "ort_copy": "ORT's Identity",
               "torch_copy_into": "copy_ into a preallocated tensor", "torch_copy": "clone"}
 
@@ -119,15 +116,16 @@ def _callables(spec: dict, x_np) -> dict:
     return calls
 
 
-def _rms_norm_callables(spec: dict, paths: dict, x_np) -> dict:
+def _op_callables(spec: dict, op_name: str, paths: dict, x_np) -> dict:
+    """The rows an op's declared targets compare, on the weights its exported models hold."""
     import torch
 
-    import ops
-    from ops.export import build_model
+    from ops.registry import OPS
 
+    op = OPS[op_name]
     x = torch.from_numpy(x_np)
-    model = build_model("rms_norm", hidden=x_np.shape[-1])  # the weight the exported models hold
-    weight, eps = model.weight.detach(), model.eps
+    model = op.build_model(op.name, hidden=x_np.shape[-1], attributes={"beta": spec["beta"]})
+    arguments = (x, *(getattr(model, name).detach() for name in op.weights), *model.attribute_values)
 
     def session(path, with_plugin=False):
         return _shared_pool_session(path, x_np, spec["plugin"] if with_plugin else None)
@@ -135,10 +133,11 @@ def _rms_norm_callables(spec: dict, paths: dict, x_np) -> dict:
     calls = {
         "ort_custom": session(paths["custom"], with_plugin=True),
         "ort_composite_all": session(paths["decomposed"]),
-        "torch_extension": lambda: ops.rms_norm(x, weight, eps),
+        "torch_extension": lambda: op.function(*arguments),
+        "torch_composite": lambda: op.reference(*arguments),
     }
-    if hasattr(torch.nn.functional, "rms_norm"):  # torch >= 2.4; without it that target is left out
-        calls["torch_rms_norm"] = lambda: torch.nn.functional.rms_norm(x, weight.shape, weight, eps)
+    if op.native is not None and op.native_applies(op.attributes(beta=spec["beta"])):  # F.rms_norm: torch >= 2.4
+        calls[op.spec.native_row] = lambda: op.native(*arguments)
     return calls
 
 
@@ -179,10 +178,13 @@ def _child(spec: dict) -> list[dict]:
 
     _setup(spec)
     measured = []
-    for name, paths in spec.get("rms_norm", {}).items():
+    from ops.registry import OPS
+
+    for name, paths in spec.get("op_workloads", {}).items():
         workload = WORKLOADS[name]
-        measured += _measure(spec, _rms_norm_callables(spec, paths, workload.input(seed=0)), RMS_NORM_TARGETS,
-                             spec["pairs"], shape="x".join(map(str, workload.shape)), op="rms_norm")
+        measured += _measure(spec, _op_callables(spec, workload.op, paths, workload.input(seed=0)),
+                             OPS[workload.op].targets, spec["pairs"], shape="x".join(map(str, workload.shape)),
+                             op=workload.op)
     if not spec.get("models"):
         return measured
     measured += _measure(spec, _callables(spec, WORKLOADS["swish"].input(seed=0)), TARGETS, spec["pairs"])
@@ -228,30 +230,34 @@ def combine(per_process: list[list[dict]]) -> list[dict]:
 
 
 def measure_targets(args, models: dict, plugin: str, rows: list[dict], facts: dict) -> list[dict]:
-    from ops.export import uses_standard_swish
-    from ops.rms_norm_onnx import uses_standard as uses_standard_rms_norm
+    from ops.registry import OPS
 
     paths, opset, newest = {}, None, None
     opsets = sorted(opset for (name, opset) in models if name == "swish")
     if opsets:
         newest = opsets[-1]
-        composite = [o for o in opsets if not uses_standard_swish(o)]
+        composite = [o for o in opsets if not OPS["swish"].onnx.uses_standard(o, args.exporter)]
         opset = composite[-1] if composite else newest  # the newest opset whose decomposed graph is Mul/Sigmoid
         paths = {key: str(value) for key, value in models[("swish", opset)].items()}
         if newest != opset:
             paths["newest_custom"] = str(models[("swish", newest)]["custom"])
             paths["newest_decomposed"] = str(models[("swish", newest)]["decomposed"])
-    # RMSNorm at the newest opset whose decomposed graph is Pow..Mul, which ORT fuses.
-    rms_opsets = sorted({o for (name, o) in models if WORKLOADS[name].op == "rms_norm"
-                         and not uses_standard_rms_norm(o, args.exporter)})
-    rms_opset = rms_opsets[-1] if rms_opsets else None
-    rms_norm = {name: {key: str(value) for key, value in models[(name, o)].items()}
-                for (name, o) in models if WORKLOADS[name].op == "rms_norm" and o == rms_opset}
+    # Every other op with declared targets, at the newest opset whose decomposed graph is the op's
+    # composite (not a standard node that replaces it), at each of its op-alone workloads.
+    op_opsets = {}
+    for op in OPS.values():
+        measured = sorted({o for (name, o) in models if WORKLOADS[name].op == op.name and WORKLOADS[name].op_alone
+                           and not op.onnx.uses_standard(o, args.exporter)})
+        if op.targets and measured:
+            op_opsets[op.name] = measured[-1]
+    op_workloads = {name: {key: str(value) for key, value in models[(name, o)].items()}
+                    for (name, o) in models if op_opsets.get(WORKLOADS[name].op) == o and WORKLOADS[name].op_alone}
     spec = dict(threads=args.threads, beta=args.beta, pairs=args.pairs, plugin=str(plugin), models=paths,
-                rms_norm=rms_norm, dram=not getattr(args, "quick", False))
+                op_workloads=op_workloads, dram=not getattr(args, "quick", False))
     processes = getattr(args, "target_processes", 3)
     print(f"[bench] paired target ratios ({args.pairs} alternating pairs each in {processes} processes, opset "
-          f"{opset or rms_opset} (RMSNorm: {rms_opset}), ORT sessions sharing one thread pool):", flush=True)
+          f"{opset} ({', '.join(f'{op}: {o}' for op, o in op_opsets.items())}), ORT sessions sharing one thread pool):",
+          flush=True)
     env = timing_child_env(REPO)
     per_process = []
     for number in range(1, processes + 1):
@@ -271,7 +277,7 @@ def measure_targets(args, models: dict, plugin: str, rows: list[dict], facts: di
                             ci_low=round(m["ci_low"], 4), ci_high=round(m["ci_high"], 4), limit=m["limit"],
                             holds=m["ratio"] <= m["limit"], pairs=m["pairs"], processes=m["processes"],
                             process_spread=round(m["process_spread"], 4), threads=args.threads,
-                            opset=newest if m["numerator"].endswith("_newest") else rms_opset if m["op"] == "rms_norm" else opset,
+                            opset=newest if m["numerator"].endswith("_newest") else op_opsets.get(m["op"], opset),
                             ort_thread_pool=ORT_THREAD_POOL, note=m["note"], git_sha=facts["git_sha"],
                             timestamp=facts["timestamp"]))
     # Memory: fused rows must peak below their composite rows (fresh-process figures of this run).

@@ -17,26 +17,17 @@ from infer.measure import main as measure_main
 from infer.workloads import WORKLOADS, percentiles_ms
 
 
-def _torch_functions(op: str, beta: float):
+def _torch_functions(op_name: str):
     """Per row: the function the model calls in place of the fused op, and what the row's graph column says."""
-    import torch
+    from ops.registry import OPS
 
-    import ops
-
-    if op == "rms_norm":
-        from ops.rms_norm import reference as rms_norm_reference
-
-        def native(x, weight, eps):
-            return torch.nn.functional.rms_norm(x, weight.shape, weight, eps)
-
-        return {"torch_composite": (rms_norm_reference, "x*rsqrt(mean(x^2)+eps)*w"),
-                "torch_extension": (ops.rms_norm, "myops::rms_norm"),
-                "torch_rms_norm": (native, "F.rms_norm"),
-                "torch_compile": (rms_norm_reference, "torch.compile(x*rsqrt(mean(x^2)+eps)*w)")}
-    return {"torch_composite": (ops.reference, "x*sigmoid(beta*x)"),
-            "torch_extension": (ops.swish, "myops::swish"),
-            "torch_silu": (lambda t, b: torch.nn.functional.silu(t), "F.silu"),
-            "torch_compile": (ops.reference, "torch.compile(x*sigmoid(beta*x))")}
+    op = OPS[op_name]
+    functions = {"torch_composite": (op.reference, op.reference_text),
+                 "torch_extension": (op.function, op.torch_name),
+                 "torch_compile": (op.reference, f"torch.compile({op.reference_text})")}
+    if op.native is not None and op.spec.native_row:
+        functions[op.spec.native_row] = (op.native, op.native_text)
+    return functions
 
 
 def row_callable(spec: dict, x_np):
@@ -54,7 +45,7 @@ def row_callable(spec: dict, x_np):
         out = torch.empty_like(x)
         return lambda: out.copy_(x), "Tensor.copy_ into a preallocated tensor"
     workload = WORKLOADS[spec["workload"]]
-    function, graph = _torch_functions(workload.op, spec["beta"])[spec["row"]]
+    function, graph = _torch_functions(workload.op)[spec["row"]]
     model = build_model(workload.model_name, beta=spec["beta"], hidden=workload.hidden, activation=function)
     if spec["row"] == "torch_compile":
         model = torch.compile(model)

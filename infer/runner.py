@@ -26,6 +26,8 @@ from ort_plugin.diagnose import FeedError, check_feed
 from ort_plugin.loader import PluginError, check_library, default_library, make_session
 from ort_plugin.onnx_file import ModelFileError
 
+from .workloads import GPU_ONLY_WORKLOADS, WORKLOADS
+
 RTOL, ATOL = 1e-4, 1e-5
 APP_ROOT = Path(__file__).resolve().parent.parent  # where infer.measure imports from
 DEFAULT_ARTIFACTS = Path(os.environ.get("MYOPS_ARTIFACTS", Path(__file__).resolve().parent.parent / "build" / "artifacts"))
@@ -139,8 +141,10 @@ def dump(args) -> int:
     return 0
 
 
-# The workloads whose models the artifacts hold (hidden 768); swish_large only on a GPU.
-DEFAULT_WORKLOADS = ("swish", "swish_large", "ffn", "rms_norm")
+# The workloads whose models the artifacts hold (exported at hidden 768: an op's weights are that
+# long); the GPU-only ones (swish_large) only on a GPU.
+ARTIFACT_HIDDEN = 768
+DEFAULT_WORKLOADS = tuple(name for name, w in WORKLOADS.items() if w.hidden == ARTIFACT_HIDDEN)
 
 
 def bench(args) -> int:
@@ -150,8 +154,6 @@ def bench(args) -> int:
     import time
 
     from .rows import copy_models, derive, ort_row_specs, record, samples_of, write, write_copy_model
-    from .workloads import GPU_ONLY_WORKLOADS, WORKLOADS
-
     manifest = load_manifest(args.artifacts)
     library = str(args.plugin or default_library())
     provider = providers(args.providers)[0]
@@ -232,7 +234,8 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--out", type=Path, required=True, help="directory for outputs.npz and provenance.json")
         if name == "bench":
             p.add_argument("--workload", nargs="+", choices=[*DEFAULT_WORKLOADS],
-                           help="default: swish, ffn and rms_norm, plus swish_large on CUDAExecutionProvider")
+                           help="default: every op's workloads at the artifacts' hidden size (the GPU-only ones on "
+                                "CUDAExecutionProvider only)")
             p.add_argument("--threads", type=int, default=os.cpu_count(), help="ORT intra-op threads")
             p.add_argument("--warmup", type=int, default=10)
             p.add_argument("--runs", type=int, default=100)

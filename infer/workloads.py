@@ -5,6 +5,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from opspec import OPS, TORCH_OPS
+
 BYTES_FP32 = 4
 
 
@@ -16,6 +18,8 @@ class Workload:
     hidden: int = 768
     model: str = ""      # which exported model runs it (batch and sequence are dynamic); default: name
     op: str = "swish"    # the myops op it times (opspec.OPS)
+    title: str = ""
+    gpu_only: bool = False
 
     @property
     def model_name(self) -> str:
@@ -24,7 +28,7 @@ class Workload:
     @property
     def op_alone(self) -> bool:
         """The op and nothing else (no Linear layers): the workloads with copy floors."""
-        return self.model_name != "ffn"
+        return self.model_name == self.op
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -36,15 +40,13 @@ class Workload:
 
     @property
     def bytes_moved(self) -> int:
-        """The least traffic the workload needs with a fused activation (read once, write once).
+        """The least traffic the workload needs with a fused op (read once, write once).
 
-        swish: x in, y out. rms_norm: x in, y out, the scale once. ffn: x and W1 in, h out; h in, a
-        out (the fused activation); a and W2 in, y out. Biases are negligible and left out.
+        An op alone: X in, Y out, each [hidden]-shaped input (RMSNorm's scale) once. ffn: x and W1 in,
+        h out; h in, a out (the fused activation); a and W2 in, y out. Biases are negligible and left out.
         """
-        if self.model_name == "swish":
-            return 2 * self.elements * BYTES_FP32
-        if self.model_name == "rms_norm":
-            return (2 * self.elements + self.hidden) * BYTES_FP32
+        if self.op_alone:
+            return (2 * self.elements + (len(OPS[self.op].inputs) - 1) * self.hidden) * BYTES_FP32
         inner = self.batch * self.seq * 4 * self.hidden
         weights = 2 * self.hidden * 4 * self.hidden
         return (2 * self.elements + 4 * inner + weights) * BYTES_FP32
@@ -53,16 +55,13 @@ class Workload:
         return np.random.default_rng(seed).standard_normal(self.shape, dtype=np.float32)
 
 
-# swish_large: 403 MB in and out in float32, far beyond any GPU's L2 (50 MB on an H100/H200), so the
-# copy floor is DRAM bandwidth; the small swish fits in L2 there. GPU rows only.
-WORKLOADS = {"swish": Workload("swish"), "swish_large": Workload("swish_large", batch=64, seq=2048, model="swish"),
-             "ffn": Workload("ffn"),
-             "rms_norm": Workload("rms_norm", op="rms_norm"),
-             "rms_norm_4096": Workload("rms_norm_4096", hidden=4096, model="rms_norm", op="rms_norm")}
+# Every op's workloads, as opspec/<op>.py declares them.
+WORKLOADS = {w.name: Workload(w.name, w.batch, w.seq, w.hidden, w.model, op=spec.name, title=w.title, gpu_only=w.gpu_only)
+             for spec in TORCH_OPS.values() for w in spec.workloads}
 # The row of each op's own PyTorch function (F.silu is Swish at beta 1, F.rms_norm RMSNorm), which the
 # extension must beat.
-NATIVE_ROWS = {"swish": "torch_silu", "rms_norm": "torch_rms_norm"}
-GPU_ONLY_WORKLOADS = ("swish_large",)
+NATIVE_ROWS = {name: spec.native_row for name, spec in TORCH_OPS.items() if spec.native_row}
+GPU_ONLY_WORKLOADS = tuple(name for name, w in WORKLOADS.items() if w.gpu_only)
 
 
 def percentiles_ms(seconds: list[float]) -> dict[str, float]:

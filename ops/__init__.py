@@ -1,21 +1,18 @@
-"""The training side: the myops ops (swish, rms_norm) as PyTorch C++/CUDA extension ops."""
+"""The training side: the myops ops as PyTorch C++/CUDA extension ops, one declaration each
+(ops/<name>.py, collected in ops.registry.OPS)."""
 from __future__ import annotations
 
-from . import rms_norm as _rms_norm_module
-from . import swish as _swish_module
+from .registry import OPS
 from .rms_norm import rms_norm
 from .swish import reference, swish
 
-__all__ = ["load", "reference", "rms_norm", "swish"]
-
-# Each op module's fakes and autograd, registered after the library is loaded.
-_PYTHON_PARTS = (_swish_module, _rms_norm_module)
+__all__ = ["OPS", "load", "reference", "rms_norm", "swish"]
 
 _loaded_from: str | None = None
 
 
 def load(verbose: bool = False) -> str:
-    """Build if needed, load the library into torch, register fake kernels and autograd."""
+    """Build if needed, load the library into torch, register every op's fakes and autograd."""
     global _loaded_from
     if _loaded_from is None:
         import torch
@@ -24,7 +21,7 @@ def load(verbose: bool = False) -> str:
 
         path = build(verbose=verbose)
         torch.ops.load_library(str(path))
-        for module in _PYTHON_PARTS:
-            module.register_python_parts()
+        for op in OPS.values():
+            op.register_python_parts()
         _loaded_from = str(path)
     return _loaded_from

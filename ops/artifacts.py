@@ -2,9 +2,9 @@
 
     python -m ops.artifacts --out build/artifacts [--entry cpu]
 
-For every model (swish, ffn, rms_norm), lowering, exporter and opset of the entry: the ONNX file; per model
-one input (a fixed seed, so every machine gets the same numbers) and the PyTorch model's output on
-it. manifest.json lists every file with its sha256, so a consumer can refuse a damaged file.
+For every model of every op (ops.registry: swish, ffn, rms_norm...), lowering, exporter and opset of the
+entry: the ONNX file; per model one input (the seed its op declares, so every machine gets the same
+numbers) and the PyTorch model's output on it. manifest.json lists every file with its sha256, so a consumer can refuse a damaged file.
 """
 from __future__ import annotations
 
@@ -22,11 +22,10 @@ import numpy as np
 import torch
 
 from . import export as E
+from .registry import MODEL_OP, OPS
 
 INPUT_SHAPE = (3, 7, 768)  # differs from the export shape on purpose: dynamic axes are exercised
 MANIFEST = "manifest.json"
-INPUT_SEEDS = {"swish": 101, "ffn": 202, "rms_norm": 303}
-BETAS = {"swish": 1.702, "ffn": 1.0}  # the swish models' coefficient; rms_norm uses its default eps
 
 
 def save_npz(path: Path, **arrays) -> None:
@@ -58,10 +57,15 @@ def write(out: Path, *, exporters, opsets, log=print) -> dict:
         staging.mkdir()
         manifest = {"format": 1, "torch": torch.__version__, "models": [], "files": {}}
         for model_name in E.MODELS:
-            beta = BETAS.get(model_name, 1.0)
-            x = torch.randn(*INPUT_SHAPE, generator=torch.Generator().manual_seed(INPUT_SEEDS[model_name]))
+            op = OPS[MODEL_OP[model_name]]
+            attributes = op.attributes(**op.artifact_attributes.get(model_name, {}))
+            if model_name not in op.artifact_seeds:
+                raise E.ExportError(f"ops/{op.name}.py declares no artifact seed for the model {model_name!r}: "
+                                    f"add it to artifact_seeds")
+            generator = torch.Generator().manual_seed(op.artifact_seeds[model_name])
+            x = torch.randn(*INPUT_SHAPE, generator=generator)
             with torch.no_grad():
-                y = E.build_model(model_name, beta=beta)(x)
+                y = E.build_model(model_name, **attributes)(x)
             inputs, reference = f"inputs-{model_name}.npz", f"reference-{model_name}.npz"
             save_npz(staging / inputs, **{E.INPUT_NAME: x.numpy()})
             save_npz(staging / reference, **{E.OUTPUT_NAME: y.numpy()})
@@ -69,13 +73,11 @@ def write(out: Path, *, exporters, opsets, log=print) -> dict:
                 for opset in opsets(exporter):
                     for lowering in E.LOWERINGS:
                         name = f"{model_name}-{lowering}-{exporter}-opset{opset}.onnx"
-                        result = E.export(model_name, exporter=exporter, lowering=lowering, opset=opset, beta=beta,
-                                          path=staging / name)
+                        result = E.export(model_name, exporter=exporter, lowering=lowering, opset=opset,
+                                          attributes=attributes, path=staging / name)
                         log(f"[artifacts] {name}: {result.graph}")
                         manifest["models"].append({"file": name, "model": model_name, "op": result.op, "lowering": lowering,
-                                                   "exporter": exporter, "opset": opset,
-                                                   **({"eps": E.rms_norm_onnx.DEFAULT_EPSILON}
-                                                      if result.op == "rms_norm" else {"beta": beta}),
+                                                   "exporter": exporter, "opset": opset, **attributes,
                                                    "inputs": inputs, "reference": reference})
         for path in sorted(staging.iterdir()):
             manifest["files"][path.name] = sha256(path)

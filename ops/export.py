@@ -1,14 +1,13 @@
-"""Export myops models (swish, its FFN, rms_norm) to ONNX with either exporter and either lowering,
-then check them.
+"""Export every op's models (ops.registry: swish, its FFN, rms_norm...) to ONNX with either exporter
+and either lowering, then check them.
 
     python -m ops.export --model ffn --exporter dynamo --lowering custom --opset 18 -o out.onnx
 
 Exporters:  torchscript (dynamo=False, register_custom_op_symbolic + custom_opsets)
             dynamo      (torch.export, custom_translation_table with onnxscript)
-Lowerings:  custom      one myops::Swish node (float attribute beta), opset import myops:1
-            decomposed  standard ops only: Mul(x, Sigmoid(beta*x)), or ONNX Swish where the opset
-                        has it (>= 24) and the installed onnxruntime runs it.
-            (myops::RMSNorm's lowerings: ops/rms_norm_onnx.py.)
+Lowerings:  custom      one myops node (myops::Swish, myops::RMSNorm...), opset import myops:1
+            decomposed  standard ops only (the op's ops/<name>_onnx.py says which, and from
+                        which opset a standard node replaces them)
 Every file is checked (onnx.checker, exact activation nodes, opset imports, dynamic batch/seq
 axes) before it is moved into place; a failed check leaves no file behind.
 """
@@ -37,27 +36,23 @@ import torch
 from opspec import DOMAIN, DOMAIN_VERSION
 
 from . import load as load_extension
-from . import rms_norm_onnx
-from .rms_norm import rms_norm
-from .swish import swish
+from .declaration import TorchOp
+from .registry import MODEL_OP, OPS
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_OUT_DIR = REPO / "build" / "onnx"
 EXPORTERS = ("torchscript", "dynamo")
 LOWERINGS = ("custom", "decomposed")
-MODELS = ("swish", "ffn", "rms_norm")
-# The myops op each model holds (one each): its ONNX parts are OP_EXPORTS[op].
-MODEL_OP = {"swish": "swish", "ffn": "swish", "rms_norm": "rms_norm"}
-FIRST_STANDARD_SWISH_OPSET = 24
+# Every op's models (the op alone, named like it, then any others: swish's ffn); MODEL_OP names the op each holds.
+MODELS = tuple(MODEL_OP)
 # Default-domain opsets each exporter can emit with this torch (TorchScript stops at 20; the
 # dynamo exporter builds at 18 and converts with onnxscript, whose converter spans 18..its max).
 TORCHSCRIPT_MAX_OPSET = 20
 DYNAMO_MIN_OPSET = 18
 INPUT_NAME, OUTPUT_NAME = "x", "y"
 DYNAMIC_AXES = {0: "batch", 1: "seq"}
-# Nodes the FFN's two Linear layers may lower to; everything else must be the activation.
+# Nodes the FFN's two Linear layers may lower to; everything else must be the op's.
 LINEAR_OPS = {"MatMul", "Add", "Gemm", "Transpose", "Reshape"}
-ACTIVATION_OPS = {"Sigmoid", "Mul", "Swish", "HardSwish", "QuickGelu"}
 
 
 class ExportError(RuntimeError):
@@ -66,60 +61,13 @@ class ExportError(RuntimeError):
 
 # ---------------------------------------------------------------- models
 
-class SwishActivation(torch.nn.Module):
-    def __init__(self, beta: float = 1.0, activation=swish):
-        super().__init__()
-        self.beta = beta
-        self.activation = activation
-
-    def forward(self, x):
-        return self.activation(x, self.beta)
-
-
-class SwishFFN(torch.nn.Module):
-    """Transformer feed-forward block: Linear(h -> 4h), Swish, Linear(4h -> h)."""
-
-    def __init__(self, hidden: int = 768, inner: int = 3072, beta: float = 1.0, activation=swish):
-        super().__init__()
-        self.up = torch.nn.Linear(hidden, inner)
-        self.down = torch.nn.Linear(inner, hidden)
-        self.beta = beta
-        self.activation = activation
-
-    def forward(self, x):
-        return self.down(self.activation(self.up(x), self.beta))
-
-
-class RMSNormModel(torch.nn.Module):
-    """RMSNorm over the hidden axis with a learned scale (an initializer in ONNX)."""
-
-    def __init__(self, hidden: int = 768, eps: float = rms_norm_onnx.DEFAULT_EPSILON, norm=rms_norm):
-        super().__init__()
-        self.weight = torch.nn.Parameter(1.0 + 0.1 * torch.randn(hidden))
-        self.eps = eps
-        self.norm = norm
-
-    def forward(self, x):
-        return self.norm(x, self.weight, self.eps)
-
-
-def build_model(name: str, *, beta: float = 1.0, hidden: int = 768, seed: int = 0, activation=None,
-                eps: float = rms_norm_onnx.DEFAULT_EPSILON) -> torch.nn.Module:
-    """Deterministic weights: the same seed gives the same model on every machine.
-
-    `activation` defaults to the model's fused op (`activation(x, beta)` for swish and ffn,
-    `activation(x, weight, eps)` for rms_norm); the benchmarks swap in the composite or F.silu.
-    """
-    if name not in MODELS:
+def build_model(name: str, *, hidden: int = 768, seed: int = 0, activation=None, **attributes) -> torch.nn.Module:
+    """The model `name` of its op (ops.registry), deterministic for a seed. `activation` replaces the
+    fused op (same signature: the benchmarks swap in the composite or F.silu); `attributes` (beta=,
+    eps=, ... by ONNX or torch name) override the op's defaults, and ones the op lacks are ignored."""
+    if name not in MODEL_OP:
         raise ExportError(f"unknown model {name!r}; choose one of {', '.join(MODELS)}")
-    torch.manual_seed(seed)
-    if name == "rms_norm":
-        model = RMSNormModel(hidden, eps, activation or rms_norm)
-    elif name == "swish":
-        model = SwishActivation(beta, activation or swish)
-    else:
-        model = SwishFFN(hidden, 4 * hidden, beta, activation or swish)
-    return model.eval()
+    return OPS[MODEL_OP[name]].build_model(name, hidden=hidden, seed=seed, function=activation, attributes=attributes)
 
 
 def sample_input(batch: int = 2, seq: int = 16, hidden: int = 768, *, seed: int = 1) -> torch.Tensor:
@@ -173,52 +121,8 @@ def default_opsets(exporter: str) -> list[int]:
     return sorted({17, 18, newest_opset(exporter)})
 
 
-def uses_standard_swish(opset: int) -> bool:
-    return opset >= FIRST_STANDARD_SWISH_OPSET and ort_runs(opset, "Swish", alpha=1.0)
-
-
-# ---------------------------------------------------------------- ONNX schema of myops::Swish
-
-def register_onnx_schema() -> None:
-    """Teach onnx (checker, onnxscript) the op: one float tensor in, same shape out, attribute beta."""
-    if onnx.defs.has("Swish", DOMAIN):
-        return
-    # NOTE: onnx.reference indexes all schemas by bare name when first imported and refuses two
-    # "Swish" (ai.onnx:24 and ours); onnxscript's optimizer imports it, so index before we register.
-    importlib.import_module("onnx.reference")
-    from onnx.defs import OpSchema
-
-    schema = OpSchema(
-        "Swish", DOMAIN, DOMAIN_VERSION,
-        doc="Y = X * sigmoid(beta * X)",
-        inputs=[OpSchema.FormalParameter("X", "T")],
-        outputs=[OpSchema.FormalParameter("Y", "T")],
-        type_constraints=[("T", ["tensor(float)", "tensor(float16)", "tensor(bfloat16)"], "floating tensors")],
-        attributes=[OpSchema.Attribute("beta", onnx.helper.make_attribute("beta", 1.0), "coefficient of x in the sigmoid")],
-    )
-    onnx.defs.register_schema(schema)
-
 
 # ---------------------------------------------------------------- TorchScript exporter
-
-def _torchscript_symbolic(lowering: str):
-    from torch.onnx import symbolic_helper
-
-    @symbolic_helper.parse_args("v", "f")
-    def custom(g, x, beta):
-        y = g.op(f"{DOMAIN}::Swish", x, beta_f=beta)
-        y.setType(x.type())  # output has x's type and shape: no "shape inference missing" warning
-        return y
-
-    @symbolic_helper.parse_args("v", "f")
-    def decomposed(g, x, beta):
-        z = x if beta == 1.0 else g.op("Mul", x, g.op("Constant", value_t=torch.tensor(beta, dtype=torch.float32)))
-        y = g.op("Mul", x, g.op("Sigmoid", z))
-        y.setType(x.type())
-        return y
-
-    return custom if lowering == "custom" else decomposed
-
 
 def _check_dynamic_axes(dynamic_axes: dict) -> None:
     # torch.onnx.export only warns about names that match no input or output, then exports fixed shapes.
@@ -242,7 +146,7 @@ def available_exporters() -> list[str]:
 
 
 def _export_torchscript(model, example, path: Path, *, lowering: str, opset: int, symbolic_opset: int = 1,
-                        dynamic_axes: dict | None = None, op: OpExport) -> None:
+                        dynamic_axes: dict | None = None, op: TorchOp) -> None:
     if not hasattr(torch.onnx, "register_custom_op_symbolic"):
         raise ExportError(f"torch {torch.__version__} has no TorchScript ONNX exporter (dynamo=False): use --exporter dynamo")
     if opset > TORCHSCRIPT_MAX_OPSET:
@@ -253,7 +157,7 @@ def _export_torchscript(model, example, path: Path, *, lowering: str, opset: int
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # unregistering a name never registered warns
         torch.onnx.unregister_custom_op_symbolic(name, 1)
-    torch.onnx.register_custom_op_symbolic(name, op.symbolic(lowering), symbolic_opset)
+    torch.onnx.register_custom_op_symbolic(name, op.onnx.torchscript_symbolic(lowering), symbolic_opset)
     # torch < 2.4 has no dynamo= keyword (TorchScript is its only exporter); 2.9+ defaults it to True.
     choose = {"dynamo": False} if "dynamo" in inspect.signature(torch.onnx.export).parameters else {}
     try:
@@ -275,37 +179,8 @@ def _export_torchscript(model, example, path: Path, *, lowering: str, opset: int
 
 # ---------------------------------------------------------------- torch.export (dynamo) exporter
 
-def _dynamo_translation(lowering: str, opset: int):
-    import onnxscript
-
-    if lowering == "custom":
-        register_onnx_schema()
-        myops = onnxscript.values.Opset(DOMAIN, DOMAIN_VERSION)
-
-        def custom(x, beta: float = 1.0):
-            return myops.Swish(x, beta=beta)
-
-        return custom
-
-    if uses_standard_swish(opset):
-        standard = onnxscript.values.Opset("", opset)
-
-        def standard_swish(x, beta: float = 1.0):
-            return standard.Swish(x, alpha=beta)
-
-        return standard_swish
-
-    from onnxscript import opset18 as op
-
-    def decomposed(x, beta: float = 1.0):
-        z = x if beta == 1.0 else op.Mul(x, op.Constant(value_float=beta))
-        return op.Mul(x, op.Sigmoid(z))
-
-    return decomposed
-
-
 def _export_dynamo(model, example, path: Path, *, lowering: str, opset: int, dynamic_axes: dict | None = None,
-                   op: OpExport) -> None:
+                   op: TorchOp) -> None:
     try:
         import onnxscript
     except ImportError as exc:
@@ -326,7 +201,7 @@ def _export_dynamo(model, example, path: Path, *, lowering: str, opset: int, dyn
         input_names=[INPUT_NAME], output_names=[OUTPUT_NAME],
         dynamic_shapes={INPUT_NAME: {axis: Dim(name) for axis, name in
                                      (dynamic_axes or {INPUT_NAME: DYNAMIC_AXES}).get(INPUT_NAME, {}).items()}},
-        custom_translation_table={op.overload(): op.translation(lowering, build_opset)},
+        custom_translation_table={op.overload(): op.onnx.dynamo_translation(lowering, build_opset)},
         verbose=False,
     )
     proto = program.model_proto
@@ -391,62 +266,24 @@ def describe(model: onnx.ModelProto) -> str:
     return f"nodes {dict(sorted(nodes.items()))}; opset imports {imports}"
 
 
-def expected_activation(lowering: str, opset: int, beta: float, exporter: str) -> Counter:
-    if lowering == "custom":
-        return Counter({f"{DOMAIN}::Swish": 1})
-    if exporter == "dynamo" and uses_standard_swish(opset):
-        return Counter({"Swish": 1})
-    return Counter({"Sigmoid": 1, "Mul": 1 if beta == 1.0 else 2})
-
-
-@dataclass(frozen=True)
-class OpExport:
-    """What export needs of one op: its TORCH_LIBRARY name, the TorchScript symbolic and dynamo
-    translation for a lowering, the ONNX schema, and the nodes each lowering must produce."""
-    torch_name: str
-    symbolic: object          # (lowering) -> symbolic function
-    translation: object       # (lowering, opset) -> onnxscript function
-    register_schema: object   # () -> None
-    expected: object          # (lowering, opset, exporter, beta) -> Counter of node types
-    node_types: frozenset     # every node type a lowering of the op may produce
-
-    def overload(self):
-        namespace, name = self.torch_name.split("::")
-        return getattr(getattr(torch.ops, namespace), name).default
-
-
-OP_EXPORTS = {
-    "swish": OpExport(
-        torch_name=f"{DOMAIN}::swish", symbolic=_torchscript_symbolic, translation=_dynamo_translation,
-        register_schema=register_onnx_schema,
-        expected=lambda lowering, opset, exporter, beta: expected_activation(lowering, opset, beta, exporter),
-        node_types=frozenset({f"{DOMAIN}::Swish", *ACTIVATION_OPS})),
-    "rms_norm": OpExport(
-        torch_name=rms_norm_onnx.TORCH_NAME, symbolic=rms_norm_onnx.torchscript_symbolic,
-        translation=rms_norm_onnx.dynamo_translation, register_schema=rms_norm_onnx.register_schema,
-        expected=lambda lowering, opset, exporter, beta: rms_norm_onnx.expected_nodes(lowering, opset, exporter),
-        node_types=frozenset(rms_norm_onnx.NODE_TYPES)),
-}
-
-
 def register_onnx_schemas() -> None:
-    for op in OP_EXPORTS.values():
-        op.register_schema()
+    for op in OPS.values():
+        op.onnx.register_schema()
 
 
-def check_graph(model: onnx.ModelProto, *, model_name: str, lowering: str, opset: int, beta: float, exporter: str,
-                dynamic_axes: dict | None = None) -> None:
+def check_graph(model: onnx.ModelProto, *, model_name: str, lowering: str, opset: int, exporter: str,
+                attributes: dict | None = None, dynamic_axes: dict | None = None) -> None:
     """Raise ExportError, printing what the graph holds, unless it is exactly what was asked for."""
     register_onnx_schemas()
-    op = OP_EXPORTS[MODEL_OP[model_name]]
+    op = OPS[MODEL_OP[model_name]]
     try:
         onnx.checker.check_model(model)
     except onnx.checker.ValidationError as exc:
         raise ExportError(f"onnx.checker rejected the export: {exc}") from exc
     problems = []
     nodes = [f"{n.domain + '::' if n.domain else ''}{n.op_type}" for n in model.graph.node if n.op_type != "Constant"]
-    activation = Counter(n for n in nodes if n.startswith(DOMAIN + "::") or n in op.node_types)
-    expected = op.expected(lowering, opset, exporter, beta)
+    activation = Counter(n for n in nodes if n.startswith(DOMAIN + "::") or n in op.onnx.NODE_TYPES)
+    expected = op.onnx.expected_nodes(lowering, opset, exporter, op.attributes(**(attributes or {})))
     if activation != expected:
         problems.append(f"{MODEL_OP[model_name]} nodes {dict(activation)} != expected {dict(expected)}")
     allowed_rest = LINEAR_OPS if model_name == "ffn" else set()
@@ -481,7 +318,7 @@ class ExportResult:
     exporter: str
     lowering: str
     opset: int
-    beta: float
+    attributes: dict            # the op's ONNX attributes in the file (Swish's beta, RMSNorm's epsilon...)
     sha256: str
     export_shape: list[int]
     graph: str
@@ -495,14 +332,15 @@ def default_path(model_name: str, exporter: str, lowering: str, opset: int, out_
 
 
 def export(model_name: str, *, exporter: str = "dynamo", lowering: str = "custom", opset: int = 18,
-           beta: float = 1.0, path: str | os.PathLike | None = None, export_shape=(2, 16, 768), seed: int = 0,
-           dynamic_axes: dict | None = None, symbolic_opset: int = 1,
-           eps: float = rms_norm_onnx.DEFAULT_EPSILON) -> ExportResult:
+           beta: float | None = None, eps: float | None = None, attributes: dict | None = None,
+           path: str | os.PathLike | None = None, export_shape=(2, 16, 768), seed: int = 0,
+           dynamic_axes: dict | None = None, symbolic_opset: int = 1) -> ExportResult:
     """Export, check, and atomically write one model; returns what was written and how.
 
     dynamic_axes: {name: {axis: axis name}} for the input 'x' and output 'y' (default: batch and
     seq of both). symbolic_opset: the opset the TorchScript symbolic is registered from.
-    beta applies to the swish models, eps to rms_norm.
+    The op's attributes default to its declaration's; beta (swish), eps (rms_norm) and `attributes`
+    (any op, by ONNX or torch name) override them.
     """
     if model_name not in MODELS:
         raise ExportError(f"unknown model {model_name!r}; choose one of {', '.join(MODELS)}")
@@ -515,8 +353,9 @@ def export(model_name: str, *, exporter: str = "dynamo", lowering: str = "custom
     load_extension()
     path = Path(path) if path else default_path(model_name, exporter, lowering, opset)
     path.parent.mkdir(parents=True, exist_ok=True)
-    model = build_model(model_name, beta=beta, hidden=export_shape[-1], seed=seed, eps=eps)
-    op = OP_EXPORTS[MODEL_OP[model_name]]
+    op = OPS[MODEL_OP[model_name]]
+    attributes = op.attributes(beta=beta, eps=eps, **(attributes or {}))
+    model = build_model(model_name, hidden=export_shape[-1], seed=seed, **attributes)
     example = sample_input(*export_shape)
     with tempfile.TemporaryDirectory(dir=path.parent, prefix=".export-") as tmp:
         tmp_path = Path(tmp) / path.name
@@ -529,13 +368,13 @@ def export(model_name: str, *, exporter: str = "dynamo", lowering: str = "custom
                 _export_dynamo(model, example, tmp_path, lowering=lowering, opset=opset, dynamic_axes=dynamic_axes,
                                op=op)
         proto = onnx.load(str(tmp_path))
-        check_graph(proto, model_name=model_name, lowering=lowering, opset=opset, beta=beta, exporter=exporter,
-                    dynamic_axes=dynamic_axes)
+        check_graph(proto, model_name=model_name, lowering=lowering, opset=opset, exporter=exporter,
+                    attributes=attributes, dynamic_axes=dynamic_axes)
         digest = hashlib.sha256(tmp_path.read_bytes()).hexdigest()
         os.replace(tmp_path, path)
     return ExportResult(
-        path=str(path), model=model_name, op=MODEL_OP[model_name], exporter=exporter, lowering=lowering, opset=opset, beta=beta,
-        sha256=digest, export_shape=list(export_shape), graph=describe(proto),
+        path=str(path), model=model_name, op=op.name, exporter=exporter, lowering=lowering, opset=opset,
+        attributes=attributes, sha256=digest, export_shape=list(export_shape), graph=describe(proto),
         warnings=sorted({str(w.message).splitlines()[0] for w in caught}),
     )
 
@@ -553,8 +392,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--exporter", choices=EXPORTERS, default="dynamo")
     parser.add_argument("--lowering", choices=LOWERINGS, default="custom")
     parser.add_argument("--opset", type=int, help="default: every opset of default_opsets(exporter)")
-    parser.add_argument("--beta", type=float, default=1.0, help="swish and ffn")
-    parser.add_argument("--eps", type=float, default=rms_norm_onnx.DEFAULT_EPSILON, help="rms_norm")
+    parser.add_argument("--beta", type=float, help="swish and ffn (default 1.0)")
+    parser.add_argument("--eps", type=float, help="rms_norm (default 1e-6)")
+    parser.add_argument("--attribute", action="append", default=[], metavar="NAME=VALUE",
+                        help="any op's float attribute, by its ONNX name (repeatable)")
     parser.add_argument("-o", "--output", help="output file (only with --opset)")
     args = parser.parse_args(argv)
     opsets = [args.opset] if args.opset else default_opsets(args.exporter)
@@ -562,10 +403,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.output and (len(models) > 1 or not args.opset):
         parser.error("-o/--output names one file: give one --model and an --opset")
     try:
+        given = dict(item.split("=", 1) for item in args.attribute)
+        attributes = {name: float(value) for name, value in given.items()}
+    except ValueError:
+        parser.error(f"--attribute takes NAME=VALUE with a float value; got {args.attribute}")
+    try:
         for model in models:
             for opset in opsets:
                 result = export(model, exporter=args.exporter, lowering=args.lowering, opset=opset, beta=args.beta,
-                                eps=args.eps, path=args.output)
+                                eps=args.eps, attributes=attributes, path=args.output)
                 print(json.dumps(asdict(result)))
     except ExportError as exc:
         print(f"error: {exc}", file=sys.stderr)

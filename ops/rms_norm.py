@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import torch
 
+from opspec import OPS
+
+from .declaration import TorchOp
+
 _registered = False
 
 
@@ -82,3 +86,27 @@ def _register_autograd_before_2_4() -> None:
     global _autograd_library
     _autograd_library = torch.library.Library("myops", "IMPL")  # kept alive: dropping it unregisters
     _autograd_library.impl("rms_norm", lambda x, weight, eps=1e-6: _RMSNormFunction.apply(x, weight, eps), "Autograd")
+
+
+def _native(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    return torch.nn.functional.rms_norm(x, weight.shape, weight, eps)
+
+
+OP = TorchOp(
+    spec=OPS["rms_norm"],
+    function=rms_norm,
+    reference=reference,
+    reference_text="x*rsqrt(mean(x^2)+eps)*w",
+    register_python_parts=register_python_parts,
+    weights=("weight",),
+    native=_native,
+    native_text="F.rms_norm",
+    native_applies=lambda attributes: hasattr(torch.nn.functional, "rms_norm"),  # torch >= 2.4
+    artifact_seeds={"rms_norm": 303},
+    tolerances={"float32": (2e-6, 2e-6), "float16": (1e-3, 1e-3), "bfloat16": (1.6e-2, 1e-2)},
+    # ORT's own kernel for the decomposed graph is the SimplifiedLayerNormalization its default level
+    # fuses it into.
+    targets=(("extension op vs F.rms_norm", "torch_extension", ("torch_rms_norm",), 1.0),
+             ("ORT custom op vs ORT composite (default level: SimplifiedLayerNormalization)", "ort_custom",
+              ("ort_composite_all",), 1.0)),
+)

@@ -54,7 +54,7 @@ def ort_runs_standard(opset: int) -> bool:
     return True
 
 
-def uses_standard(opset: int, exporter: str) -> bool:
+def uses_standard(opset: int, exporter: str = "dynamo") -> bool:
     return exporter == "dynamo" and ort_runs_standard(opset)
 
 
@@ -77,7 +77,7 @@ def register_schema() -> None:
     onnx.defs.register_schema(schema)
 
 
-def expected_nodes(lowering: str, opset: int, exporter: str) -> Counter:
+def expected_nodes(lowering: str, opset: int, exporter: str, attributes: dict | None = None) -> Counter:
     if lowering == "custom":
         return Counter({f"{DOMAIN}::{ONNX_TYPE}": 1})
     if uses_standard(opset, exporter):

@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import torch
 
+from opspec import OPS
+
+from .declaration import TorchOp
+
 _registered = False
 
 
@@ -76,3 +80,35 @@ def _register_autograd_before_2_4() -> None:
     global _autograd_library
     _autograd_library = torch.library.Library("myops", "IMPL")  # kept alive: dropping it unregisters
     _autograd_library.impl("swish", lambda x, beta=1.0: _SwishFunction.apply(x, beta), "Autograd")
+
+
+class SwishFFN(torch.nn.Module):
+    """Transformer feed-forward block: Linear(h -> 4h), Swish, Linear(4h -> h)."""
+
+    def __init__(self, hidden: int, function, attributes: dict):
+        super().__init__()
+        self.up = torch.nn.Linear(hidden, 4 * hidden)
+        self.down = torch.nn.Linear(4 * hidden, hidden)
+        self.beta = attributes["beta"]
+        self.activation = function
+
+    def forward(self, x):
+        return self.down(self.activation(self.up(x), self.beta))
+
+
+OP = TorchOp(
+    spec=OPS["swish"],
+    function=swish,
+    reference=reference,
+    reference_text="x*sigmoid(beta*x)",
+    register_python_parts=register_python_parts,
+    native=lambda x, beta: torch.nn.functional.silu(x),
+    native_text="F.silu",
+    native_applies=lambda attributes: attributes["beta"] == 1.0,  # F.silu is Swish at beta 1 only
+    extra_models={"ffn": SwishFFN},
+    artifact_seeds={"swish": 101, "ffn": 202},
+    artifact_attributes={"swish": {"beta": 1.702}},
+    tolerances={"float32": (1.3e-6, 1e-6), "float16": (1e-3, 1e-3), "bfloat16": (1.6e-2, 1e-2)},
+    # Swish's targets (copy floors, ORT's QuickGelu and Swish-24, F.silu, the composite) need more
+    # rows than the generic ones: bench.targets keeps them.
+)

@@ -1,16 +1,32 @@
-"""The myops ops as ONNX sees them: one declaration per op, with no torch and no onnx.
+"""The myops ops as ONNX and the benchmark see them: one torch-free declaration per op.
 
-Both sides read it: the training side (ops/) for names and defaults, the inference side (ort_plugin/,
-which the infer image ships without torch) for the inputs a probe must feed. An op's torch parts
-live in ops/<name>.py, its ONNX lowerings in ops/export.py (swish) or ops/<name>_onnx.py, its
-kernels in kernels/ and ort_plugin/src/{cpu,cuda}/<name>_op.cc.
+Each op declares itself in opspec/<name>.py (`SPEC = OpSpec(...)`); this package finds them, so
+adding an op adds a file and edits none. Both sides read the catalogue: the training side (ops/)
+for names, defaults and models, the inference side (infer/, ort_plugin/, shipped without torch) for
+the inputs a probe must feed and the workloads a benchmark runs. An op's torch parts are declared
+in ops/<name>.py, its ONNX lowerings in ops/<name>_onnx.py, its kernels in kernels/<name>*.h|cu,
+ops/csrc/ and ort_plugin/src/{cpu,cuda}/<name>_op.cc.
 """
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from dataclasses import dataclass, field
 
 DOMAIN = "myops"
 DOMAIN_VERSION = 1
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    """A benchmark shape of an op: float32 [batch, seq, hidden] into one of the op's models."""
+    name: str
+    title: str                  # what the report's headings call it
+    batch: int = 8
+    seq: int = 512
+    hidden: int = 768
+    model: str = ""             # the exported model that runs it (default: the op alone, named like the op)
+    gpu_only: bool = False      # too large to be worth a CPU run
 
 
 @dataclass(frozen=True)
@@ -19,19 +35,31 @@ class OpSpec:
     onnx_type: str              # the ONNX node's op_type in the myops domain
     inputs: tuple[str, ...]     # ONNX inputs; the first is X, the rest are shaped [X.shape[-1]]
     attributes: dict = field(default_factory=dict)  # ONNX float attributes and their defaults
-    torch_only: bool = False    # no ONNX node of its own (none today)
+    torch_attributes: dict = field(default_factory=dict)  # ONNX attribute -> the torch schema's argument, where they differ
+    workloads: tuple[WorkloadSpec, ...] = ()
+    native_row: str | None = None  # the bench row of PyTorch's own function for the op (F.silu ...), if any
     plugin_only: bool = False   # a plugin kernel with no torch op (the benchmark's Copy floor)
 
     @property
     def qualified(self) -> str:
         return f"{DOMAIN}::{self.onnx_type}"
 
+    def torch_attribute(self, onnx_name: str) -> str:
+        return self.torch_attributes.get(onnx_name, onnx_name)
 
-OPS = {
-    "swish": OpSpec("swish", "Swish", ("X",), {"beta": 1.0}),
-    "rms_norm": OpSpec("rms_norm", "RMSNorm", ("X", "scale"), {"epsilon": 1e-6}),
-    "copy": OpSpec("copy", "Copy", ("X",), plugin_only=True),
-}
+
+def _discover() -> dict[str, OpSpec]:
+    found = {}
+    for module in sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_")):
+        spec = importlib.import_module(f"{__name__}.{module}").SPEC
+        if spec.name != module:
+            raise ImportError(f"opspec/{module}.py declares the op {spec.name!r}: an op's file is named after it")
+        found[spec.name] = spec
+    return found
+
+
+OPS: dict[str, OpSpec] = _discover()
+TORCH_OPS = {name: spec for name, spec in OPS.items() if not spec.plugin_only}
 
 
 def by_onnx_type(op_type: str) -> OpSpec | None:

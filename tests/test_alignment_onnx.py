@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from ops import export as E
+from ops import swish_onnx
 
 LAYER2 = dict(rtol=1e-4, atol=1e-5)
 RUN_SHAPE = (3, 7, 768)  # export shape is (2, 16, 768): dynamic axes must really be dynamic
@@ -60,7 +61,7 @@ def _plain_session(path):
 
 @needs_dynamo
 def test_decomposed_uses_standard_swish_from_opset_24(ext, tmp_path):
-    if not E.uses_standard_swish(24):
+    if not swish_onnx.uses_standard(24):
         pytest.skip("the installed onnxruntime does not run ONNX Swish-24")
     result = E.export("swish", exporter="dynamo", lowering="decomposed", opset=24, beta=1.702, path=tmp_path / "s.onnx")
     nodes = [n.op_type for n in onnx.load(result.path).graph.node]
@@ -73,13 +74,13 @@ def test_decomposed_uses_standard_swish_from_opset_24(ext, tmp_path):
 def test_graph_check_prints_what_the_graph_holds(ext, tmp_path):
     result = E.export("ffn", exporter="torchscript", lowering="decomposed", opset=18, path=tmp_path / "d.onnx")
     with pytest.raises(E.ExportError) as info:
-        E.check_graph(onnx.load(result.path), model_name="ffn", lowering="custom", opset=18, beta=1.0, exporter="torchscript")
+        E.check_graph(onnx.load(result.path), model_name="ffn", lowering="custom", opset=18, exporter="torchscript")
     message = str(info.value)
     assert "myops::Swish" in message and "graph holds" in message and "Sigmoid" in message, message
 
 
 def test_failed_check_leaves_no_file(ext, tmp_path, monkeypatch):
-    monkeypatch.setattr(E, "expected_activation", lambda *args: {"Relu": 1})
+    monkeypatch.setattr(swish_onnx, "expected_nodes", lambda *args: {"Relu": 1})
     target = tmp_path / "never.onnx"
     with pytest.raises(E.ExportError, match="expected"):
         E.export("swish", exporter="torchscript", lowering="custom", opset=18, path=target)
@@ -133,7 +134,7 @@ def test_exported_files_hold_no_checkout_or_environment_path(ext, tmp_path):
     assert str(E.REPO).encode() not in data and sys.prefix.encode() not in data
     model = onnx.load(result.path)
     traces = [p.value for n in model.graph.node for p in n.metadata_props if p.key == "pkg.torch.onnx.stack_trace"]
-    assert traces and all('File "ops/export.py"' in t for t in traces)  # still says where, relatively
+    assert traces and all('File "ops/swish.py"' in t for t in traces)  # still says where, relatively (the FFN model)
     assert model.producer_name == "pytorch" and model.producer_version  # kept: what made the file
 
 

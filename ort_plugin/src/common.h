@@ -19,16 +19,11 @@
 
 namespace myops {
 
-// Case-sensitive: an ONNX node must say exactly this domain and op name to reach our kernels.
-// Macros as well as constants: the build-info strings below are assembled at compile time.
+// Case-sensitive: an ONNX node must say exactly this domain (and its op's name, which each op's
+// header defines) to reach our kernels. A macro as well as a constant: the build-info strings are
+// assembled at compile time.
 #define MYOPS_DOMAIN "myops"
-#define MYOPS_SWISH_NAME "Swish"
-#define MYOPS_RMS_NORM_NAME "RMSNorm"
 inline constexpr const char* kDomain = MYOPS_DOMAIN;
-inline constexpr const char* kSwishName = MYOPS_SWISH_NAME;
-inline constexpr float kDefaultBeta = 1.0f;
-inline constexpr const char* kRMSNormName = MYOPS_RMS_NORM_NAME;
-inline constexpr float kDefaultEpsilon = 1e-6f;
 
 // Runs `body` (returning Ort::Status) and turns any exception into an OrtStatus*, so that
 // nothing is thrown across ORT's C boundary.
@@ -62,10 +57,6 @@ inline OrtStatus* ReadFloatAttribute(const OrtApi& api, const OrtKernelInfo* inf
                          .c_str(),
                      ORT_INVALID_ARGUMENT)
       .release();
-}
-
-inline OrtStatus* ReadBeta(const OrtApi& api, const OrtKernelInfo* info, float* beta) {
-  return ReadFloatAttribute(api, info, kSwishName, "beta", kDefaultBeta, beta);
 }
 
 // Shape inference for elementwise ops: Y gets X's element type and shape, symbolic dims included,

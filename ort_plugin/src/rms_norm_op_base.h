@@ -11,6 +11,10 @@
 
 namespace myops {
 
+#define MYOPS_RMS_NORM_NAME "RMSNorm"
+inline constexpr const char* kRMSNormName = MYOPS_RMS_NORM_NAME;
+inline constexpr float kDefaultEpsilon = 1e-6f;
+
 // X's shape and the split into rows of `cols` values; an error status when X is a scalar or scale
 // is not [X.shape[-1]].
 struct RowShape {

@@ -7,6 +7,14 @@
 
 namespace myops {
 
+#define MYOPS_SWISH_NAME "Swish"
+inline constexpr const char* kSwishName = MYOPS_SWISH_NAME;
+inline constexpr float kDefaultBeta = 1.0f;
+
+inline OrtStatus* ReadBeta(const OrtApi& api, const OrtKernelInfo* info, float* beta) {
+  return ReadFloatAttribute(api, info, kSwishName, "beta", kDefaultBeta, beta);
+}
+
 template <typename TOp, typename TKernel, ONNXTensorElementDataType kType>
 struct SwishOpBase : Ort::CustomOpBase<TOp, TKernel, /*WithStatus=*/true> {
   SwishOpBase() { this->InferOutputShapeFn = &SameTypeAndShapeAsInput; }

@@ -47,12 +47,13 @@ struct CopyOp : Ort::CustomOpBase<CopyOp, CopyKernel, /*WithStatus=*/true> {
   ONNXTensorElementDataType GetOutputType(size_t) const { return ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT; }
 };
 
-}  // namespace
-
 void RegisterCopy(Ort::CustomOpDomain& domain) {
   static const CopyOp copy_op;
   domain.Add(&copy_op);
 }
 
+MYOPS_REGISTER_OP(kCpu, RegisterCopy);
+
+}  // namespace
 }  // namespace cpu
 }  // namespace myops

@@ -1,17 +1,14 @@
-// CPU execution provider kernels of the myops domain: one Register function per op file, all
-// called from register_ops.cc.
+// CPU execution provider kernels of the myops domain: each kernel file registers itself
+// (MYOPS_REGISTER_OP(kCpu, ...), op_registry.h); RegisterOps adds them all to the domain.
 #pragma once
 
 #include "common.h"
+#include "op_registry.h"
 
 namespace myops {
 namespace cpu {
 
 void RegisterOps(Ort::CustomOpDomain& domain);
-
-void RegisterSwish(Ort::CustomOpDomain& domain);
-void RegisterRMSNorm(Ort::CustomOpDomain& domain);
-void RegisterCopy(Ort::CustomOpDomain& domain);  // the benchmark's copy floor inside the plugin
 
 }  // namespace cpu
 }  // namespace myops

@@ -58,12 +58,13 @@ struct RMSNormOp : RMSNormOpBase<RMSNormOp, RMSNormKernel, ONNX_TENSOR_ELEMENT_D
   const char* GetExecutionProviderType() const { return "CPUExecutionProvider"; }
 };
 
-}  // namespace
-
 void RegisterRMSNorm(Ort::CustomOpDomain& domain) {
   static const RMSNormOp rms_norm_op;
   domain.Add(&rms_norm_op);
 }
 
+MYOPS_REGISTER_OP(kCpu, RegisterRMSNorm);
+
+}  // namespace
 }  // namespace cpu
 }  // namespace myops

@@ -29,12 +29,13 @@ struct SwishOp : SwishOpBase<SwishOp, SwishKernel, ONNX_TENSOR_ELEMENT_DATA_TYPE
   const char* GetExecutionProviderType() const { return "CPUExecutionProvider"; }
 };
 
-}  // namespace
-
 void RegisterSwish(Ort::CustomOpDomain& domain) {
   static const SwishOp swish_op;
   domain.Add(&swish_op);
 }
 
+MYOPS_REGISTER_OP(kCpu, RegisterSwish);
+
+}  // namespace
 }  // namespace cpu
 }  // namespace myops

@@ -50,8 +50,6 @@ struct RMSNormOp : RMSNormOpBase<RMSNormOp<kType>, RMSNormKernel<kType>, kType> 
   const char* GetExecutionProviderType() const { return "CUDAExecutionProvider"; }
 };
 
-}  // namespace
-
 void RegisterRMSNorm(Ort::CustomOpDomain& domain) {
   static const RMSNormOp<ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT> rms_norm_f32;
   static const RMSNormOp<ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16> rms_norm_f16;
@@ -59,5 +57,8 @@ void RegisterRMSNorm(Ort::CustomOpDomain& domain) {
   domain.Add(&rms_norm_f16);
 }
 
+MYOPS_REGISTER_OP(kCuda, RegisterRMSNorm);
+
+}  // namespace
 }  // namespace cuda
 }  // namespace myops

@@ -47,8 +47,6 @@ struct SwishOp : SwishOpBase<SwishOp<kType>, SwishKernel<kType>, kType> {
   const char* GetExecutionProviderType() const { return "CUDAExecutionProvider"; }
 };
 
-}  // namespace
-
 void RegisterSwish(Ort::CustomOpDomain& domain) {
   static const SwishOp<ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT> swish_f32;
   static const SwishOp<ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16> swish_f16;
@@ -56,5 +54,8 @@ void RegisterSwish(Ort::CustomOpDomain& domain) {
   domain.Add(&swish_f16);
 }
 
+MYOPS_REGISTER_OP(kCuda, RegisterSwish);
+
+}  // namespace
 }  // namespace cuda
 }  // namespace myops

@@ -1,0 +1,97 @@
+"""What ops/<name>.py declares of its op: `OP = TorchOp(...)` (ops.registry collects them).
+
+opspec/<name>.py says what the op is without torch (ONNX type, inputs, attributes, workloads);
+ops/<name>.py adds what needs torch (the fused function, its reference, fakes and autograd, the
+models that hold it, the artifacts' seeds, layer 1's tolerances, the bench targets), and
+ops/<name>_onnx.py its ONNX parts (schema, symbolic, translation, expected nodes). Export,
+artifacts, the bench, the doctor and the nox sessions loop over OPS.
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Callable
+
+import torch
+
+from opspec import DOMAIN, OpSpec
+
+# A bench target: (name, numerator row, denominator rows, limit); it holds when median(A/B) <= limit.
+Target = tuple
+
+
+@dataclass(frozen=True)
+class TorchOp:
+    spec: OpSpec
+    function: Callable              # the fused op: (x, *weights, *attributes) -> y
+    reference: Callable             # the composite it replaces, same signature: layer 1's ground truth
+    reference_text: str             # the composite as the bench's graph column writes it
+    register_python_parts: Callable[[], None]  # fakes and autograd, once the library is loaded
+    weights: tuple[str, ...] = ()   # the model's parameters for the ONNX inputs after X (shape [hidden])
+    native: Callable | None = None  # PyTorch's own function for the op (row spec.native_row), same signature
+    native_text: str = ""
+    native_applies: Callable[[dict], bool] = lambda attributes: True  # with these attributes, on this torch
+    extra_models: dict = field(default_factory=dict)  # name -> (hidden, function, attributes) -> Module
+    artifact_seeds: dict = field(default_factory=dict)  # model -> seed of its fixed input in the artifacts
+    artifact_attributes: dict = field(default_factory=dict)  # model -> ONNX attributes of its artifacts
+    tolerances: dict = field(default_factory=lambda: {"float32": (1e-5, 1e-6)})  # layer 1: dtype -> (rtol, atol)
+    targets: tuple[Target, ...] = ()  # at each op-alone workload; rows: "torch_extension", native_row, "ort_custom", ...
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def torch_name(self) -> str:
+        return f"{DOMAIN}::{self.spec.name}"
+
+    @property
+    def onnx(self) -> ModuleType:
+        """ops/<name>_onnx.py: register_schema(), torchscript_symbolic(lowering),
+        dynamo_translation(lowering, opset), expected_nodes(lowering, opset, exporter, attributes),
+        uses_standard(opset, exporter), NODE_TYPES."""
+        return importlib.import_module(f"{__package__}.{self.name}_onnx")
+
+    @property
+    def models(self) -> tuple[str, ...]:
+        return (self.name, *self.extra_models)
+
+    def attributes(self, **given) -> dict:
+        """The op's ONNX attributes with defaults, overridden by `given` (ONNX or torch names; unknown
+        names are ignored, so a caller may pass one set for every op)."""
+        values = dict(self.spec.attributes)
+        for onnx_name in values:
+            for key in (onnx_name, self.spec.torch_attribute(onnx_name)):
+                if given.get(key) is not None:
+                    values[onnx_name] = given[key]
+        return values
+
+    def build_model(self, model: str, *, hidden: int = 768, seed: int = 0, function: Callable | None = None,
+                    attributes: dict | None = None) -> torch.nn.Module:
+        """Deterministic weights: the same seed gives the same model on every machine. `function`
+        replaces the fused op (the bench's composite, native and compiled rows)."""
+        torch.manual_seed(seed)
+        attributes = self.attributes(**(attributes or {}))
+        function = function or self.function
+        if model == self.name:
+            return OpModel(self, hidden, function, attributes).eval()
+        return self.extra_models[model](hidden, function, attributes).eval()
+
+    def overload(self):
+        return getattr(getattr(torch.ops, DOMAIN), self.name).default
+
+
+class OpModel(torch.nn.Module):
+    """The op alone: its [hidden] weights as parameters (initialisers in ONNX), attributes as constants."""
+
+    def __init__(self, op: TorchOp, hidden: int, function: Callable, attributes: dict):
+        super().__init__()
+        for name in op.weights:
+            self.register_parameter(name, torch.nn.Parameter(1.0 + 0.1 * torch.randn(hidden)))
+        self.weight_names = op.weights
+        self.attribute_values = tuple(attributes.values())
+        self.function = function
+
+    def forward(self, x):
+        return self.function(x, *(getattr(self, name) for name in self.weight_names), *self.attribute_values)

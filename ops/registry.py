@@ -1,0 +1,26 @@
+"""Every op's torch side, collected: OPS maps each op of the opspec catalogue (plugin-only ones aside)
+to the `OP = TorchOp(...)` its ops/<name>.py declares (see ops.declaration). Export, artifacts,
+the bench, the doctor and the nox sessions loop over it; adding an op edits none of them.
+"""
+from __future__ import annotations
+
+import importlib
+
+from opspec import TORCH_OPS
+
+from .declaration import TorchOp
+
+
+def _load() -> dict[str, TorchOp]:
+    found = {}
+    for name in TORCH_OPS:
+        module = importlib.import_module(f"{__package__}.{name}")
+        op = getattr(module, "OP", None)
+        if not isinstance(op, TorchOp) or op.name != name:
+            raise ImportError(f"ops/{name}.py must declare OP = TorchOp(spec=opspec.OPS[{name!r}], ...)")
+        found[name] = op
+    return found
+
+
+OPS: dict[str, TorchOp] = _load()
+MODEL_OP = {model: op.name for op in OPS.values() for model in op.models}
