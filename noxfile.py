@@ -227,6 +227,21 @@ def export(session: nox.Session) -> None:
                         "--lowering", lowering, "--beta", str(args.beta))
 
 
+@nox.session(venv_backend="none")
+def new_op(session: nox.Session) -> None:
+    """Scaffold a new elementwise op in all three layers: `nox -s new_op -- NAME [--onnx-type Type]`."""
+    from lab import new_op as scaffold
+
+    try:
+        status = scaffold.main(session.posargs)
+    except SystemExit as exc:  # --help, or a usage error already printed by argparse
+        if exc.code:
+            session.error("bad arguments (see above)")
+        session.skip("help shown")
+    if status:
+        session.error("nothing was written (see the message above)")
+
+
 @nox.session
 def tests(session: nox.Session) -> None:
     """Build for the cpu entry and run the test suite (pytest options after --)."""

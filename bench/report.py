@@ -63,10 +63,10 @@ def _op(row: dict) -> str:
 def _coefficient(row: dict) -> str:
     """What parametrises the row's op: Swish's beta (the bench's --beta); another op's attributes are
     its declared defaults."""
-    attributes = OPS[_op(row)].attributes
-    if "beta" in attributes:
+    spec = OPS[_op(row)]
+    if "beta" in spec.attributes:
         return f"beta {row['beta']}"
-    return ", ".join(f"{name} {value:g}" for name, value in attributes.items()) or "no attributes"
+    return ", ".join(f"{spec.torch_attribute(name)} {value:g}" for name, value in spec.attributes.items()) or "no attributes"
 
 
 def _pick(rows, row, level, key, value):

@@ -354,7 +354,7 @@ def export(model_name: str, *, exporter: str = "dynamo", lowering: str = "custom
     path = Path(path) if path else default_path(model_name, exporter, lowering, opset)
     path.parent.mkdir(parents=True, exist_ok=True)
     op = OPS[MODEL_OP[model_name]]
-    attributes = op.attributes(beta=beta, eps=eps, **(attributes or {}))
+    attributes = op.attributes(**{"beta": beta, "eps": eps, **(attributes or {})})
     model = build_model(model_name, hidden=export_shape[-1], seed=seed, **attributes)
     example = sample_input(*export_shape)
     with tempfile.TemporaryDirectory(dir=path.parent, prefix=".export-") as tmp:

@@ -95,13 +95,16 @@ def test_direct_build_cuda_objects_compile(tmp_path, monkeypatch, in_ci):
     generated.parent.mkdir(parents=True)
     generated.write_text("#pragma once\n#define C10_CUDA_BUILD_SHARED_LIBS\n")
     jobs, link, library = gpu_check.direct_build_plan("90", nvcc)
-    assert {obj.name for obj in jobs} == {"swish.o", "swish_cuda_op.o", "kernels_swish_cuda.o",
-                                          "rms_norm.o", "rms_norm_cuda_op.o", "kernels_rms_norm_cuda.o"}
+    from opspec import TORCH_OPS
+
+    # Per op: its CPU source, its CUDA adapter and its shared CUDA kernels (every op of the registry).
+    assert {obj.name for obj in jobs} == {f"{op}{suffix}.o" for op in TORCH_OPS for suffix in ("", "_cuda_op")} | \
+        {f"kernels_{op}_cuda.o" for op in TORCH_OPS}
     assert link[0] == nvcc and "-ltorch_cuda" in link and str(library) in link
     running = [(obj, subprocess.Popen([*command, f"-I{tmp_path / 'generated'}", "-o", str(obj)],
                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
                for obj, command in jobs.items() if obj.suffix == ".o" and command[0] == nvcc]
-    assert len(running) == 4
+    assert len(running) == 2 * len(TORCH_OPS)
     for obj, process in running:
         output, _ = process.communicate(timeout=600)
         assert process.returncode == 0, f"{obj.name}:\n{output[-3000:]}"

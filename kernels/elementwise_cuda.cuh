@@ -1,0 +1,77 @@
+// The elementwise launcher every CUDA op of the lab shares: `op(a[i], b[i])` (b may be absent) over
+// n elements of float, half or bfloat16, computed in float32. A kernel file defines its functors and
+// calls myops_cuda::dispatch (see swish_cuda.cu). Header templates: each .cu instantiates its own.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "cuda_storage.cuh"
+
+namespace myops_cuda {
+
+constexpr int kThreads = 256;
+constexpr int64_t kMaxBlocks = 65535;
+constexpr int kVecBytes = 16;  // one 128-bit load or store per thread and step
+
+template <typename T, int N>
+struct alignas(sizeof(T) * N) Pack {
+  T v[N];
+};
+
+// Applies `op` to n elements. Vector body when every pointer is 16-byte aligned, scalar tail and
+// a scalar path otherwise. Indices are int64: tensors beyond 2^31 elements are fine.
+template <typename T, typename Op>
+__global__ void elementwise(int64_t n, bool aligned, Op op, const T* a, const T* b, T* out) {
+  constexpr int N = kVecBytes / sizeof(T);
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  int64_t done = 0;
+  if (aligned) {
+    const int64_t packs = n / N;
+    for (int64_t p = tid; p < packs; p += stride) {
+      const Pack<T, N> pa = reinterpret_cast<const Pack<T, N>*>(a)[p];
+      Pack<T, N> pb;
+      if (b != nullptr) pb = reinterpret_cast<const Pack<T, N>*>(b)[p];
+      Pack<T, N> po;
+#pragma unroll
+      for (int k = 0; k < N; ++k) {
+        po.v[k] = from_float<T>(op(to_float(pa.v[k]), b != nullptr ? to_float(pb.v[k]) : 0.0f));
+      }
+      reinterpret_cast<Pack<T, N>*>(out)[p] = po;
+    }
+    done = packs * N;
+  }
+  for (int64_t i = done + tid; i < n; i += stride) {
+    out[i] = from_float<T>(op(to_float(a[i]), b != nullptr ? to_float(b[i]) : 0.0f));
+  }
+}
+
+inline bool is_aligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % kVecBytes == 0; }
+
+template <typename T, typename Op>
+cudaError_t launch(Op op, const void* a, const void* b, void* out, int64_t n, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  constexpr int N = kVecBytes / sizeof(T);
+  const bool aligned = is_aligned(a) && is_aligned(out) && (b == nullptr || is_aligned(b));
+  const int64_t work = aligned ? std::max<int64_t>(n / N, 1) : n;
+  const int64_t blocks = std::min<int64_t>((work + kThreads - 1) / kThreads, kMaxBlocks);
+  elementwise<T, Op><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
+      n, aligned, op, static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(out));
+  return cudaGetLastError();
+}
+
+template <typename DType, typename Op>
+cudaError_t dispatch(DType dtype, Op op, const void* a, const void* b, void* out, int64_t n, cudaStream_t stream) {
+  switch (dtype) {
+    case DType::kFloat16: return launch<__half>(op, a, b, out, n, stream);
+    case DType::kBFloat16: return launch<__nv_bfloat16>(op, a, b, out, n, stream);
+    default: return launch<float>(op, a, b, out, n, stream);
+  }
+}
+
+}  // namespace myops_cuda

@@ -1,0 +1,108 @@
+"""Scaffold a new elementwise op across the three layers: `nox -s new_op -- NAME` (or `python -m lab.new_op NAME`).
+
+Writes, from lab/new_op_templates/, the op's torch-free declaration (opspec/), its math header and
+CUDA functors (kernels/), the extension's schema and CPU/CUDA kernels (ops/csrc/), its Python side
+with fakes, autograd and declaration (ops/<name>.py), its ONNX lowerings (ops/<name>_onnx.py), the
+plugin's CPU and CUDA kernels (ort_plugin/src/) and its tests. The math is the identity until
+edited, so the scaffold builds and its tests pass as written. Nothing else is edited: the registries
+(opspec, ops.registry, the plugin's op_registry.h) and the builds' globs find the new files.
+"""
+from __future__ import annotations
+
+import argparse
+import keyword
+import os
+import re
+import sys
+import zlib
+from pathlib import Path
+from string import Template
+
+REPO = Path(__file__).resolve().parent.parent
+TEMPLATES = Path(__file__).resolve().parent / "new_op_templates"
+NAME_PATTERN = re.compile(r"[a-z][a-z0-9]*(_[a-z0-9]+)*")
+ONNX_TYPE_PATTERN = re.compile(r"[A-Z][A-Za-z0-9]*")
+
+
+class ScaffoldError(ValueError):
+    """The name cannot be scaffolded; says why and what to do."""
+
+
+def onnx_type_of(name: str) -> str:
+    return "".join(part.capitalize() for part in name.split("_"))
+
+
+def _check(name: str, onnx_type: str, repo: Path) -> None:
+    if not NAME_PATTERN.fullmatch(name) or keyword.iskeyword(name):
+        raise ScaffoldError(f"{name!r} is not a usable op name: use lower-case snake_case starting with a letter "
+                            "(e.g. fast_gelu); it becomes torch.ops.myops.<name> and a Python module")
+    if name.endswith("_backward"):
+        raise ScaffoldError(f"{name!r} ends in _backward, the suffix of every op's gradient op: choose another name")
+    if not ONNX_TYPE_PATTERN.fullmatch(onnx_type):
+        raise ScaffoldError(f"ONNX op type {onnx_type!r}: use CamelCase starting with a capital (e.g. FastGelu)")
+    taken = {p.stem for p in (repo / "opspec").glob("*.py")}
+    if name in taken:
+        raise ScaffoldError(f"an op named {name!r} exists already (opspec/{name}.py): choose another name")
+    types = {m.group(1) for p in (repo / "opspec").glob("*.py")
+             for m in re.finditer(r'OpSpec\(\s*"[^"]+",\s*"([^"]+)"', p.read_text())}
+    if onnx_type in types:
+        raise ScaffoldError(f"the ONNX op type {onnx_type!r} belongs to another op: pass --onnx-type with another name")
+
+
+def planned_files(name: str, onnx_type: str, repo: Path = REPO) -> dict[Path, str]:
+    """Every file the scaffold writes, with its text; raises ScaffoldError before anything is written."""
+    _check(name, onnx_type, repo)
+    values = {"name": name, "Type": onnx_type, "NAME": name.upper(),
+              # the artifacts' fixed input seed: the same on every machine, different for each op
+              "seed": str(1000 + zlib.crc32(name.encode()) % 9000)}
+    files = {}
+    for template in sorted(TEMPLATES.rglob("*.tmpl")):
+        relative = template.relative_to(TEMPLATES).as_posix().replace("NAME", name).removesuffix(".tmpl")
+        files[repo / relative] = Template(template.read_text()).substitute(values)
+    existing = sorted(str(p.relative_to(repo)) for p in files if p.exists())
+    if existing:
+        raise ScaffoldError(f"these files exist already and would be overwritten: {', '.join(existing)}; "
+                            "move them away or choose another name")
+    return files
+
+
+def scaffold(name: str, onnx_type: str | None = None, repo: Path = REPO, log=print) -> list[Path]:
+    """Write the op's files; all of them or, on any failure, none."""
+    files = planned_files(name, onnx_type or onnx_type_of(name), repo)
+    written = []
+    try:
+        for path, text in files.items():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            partial = path.with_name(f".{path.name}.partial")
+            partial.write_text(text)
+            os.replace(partial, path)
+            written.append(path)
+    except OSError:
+        for path in written:
+            path.unlink(missing_ok=True)
+        raise
+    for path in written:
+        log(f"[new_op] wrote {path.relative_to(repo)}")
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="nox -s new_op --", description=__doc__.splitlines()[0])
+    parser.add_argument("name", help="snake_case op name: torch.ops.myops.<name>, files <name>*.{h,cu,cpp,cc,py}")
+    parser.add_argument("--onnx-type", help="the ONNX node's op type in the myops domain (default: the name in CamelCase)")
+    args = parser.parse_args(argv)
+    try:
+        scaffold(args.name, args.onnx_type)
+    except ScaffoldError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    onnx_type = args.onnx_type or onnx_type_of(args.name)
+    print(f"[new_op] myops::{args.name} (ONNX myops::{onnx_type}) scaffolded: the identity until you edit it.\n"
+          f"  next: nox -s tests -- tests/test_{args.name}.py      (builds both libraries, runs its tests)\n"
+          f"  then: write f in kernels/{args.name}.h, the composite in ops/{args.name}.py and the decomposed\n"
+          f"        lowering in ops/{args.name}_onnx.py; `nox -s bench -- --workload {args.name}` measures it")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

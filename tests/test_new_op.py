@@ -1,0 +1,105 @@
+"""`nox -s new_op -- NAME` (lab.new_op): its refusals write nothing, and a scaffolded op, in a
+temporary copy of the tree, builds (CPU, and CUDA where nvcc is) and passes its generated tests."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lab import new_op
+
+REPO = Path(__file__).resolve().parent.parent
+NAME = "fast_gelu"
+
+
+def _tree_copy(dest: Path) -> Path:
+    """The working tree as a fresh clone would have it (tracked and untracked, not ignored), no results."""
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO,
+                            capture_output=True, check=True).stdout.decode().split("\0")
+    for name in filter(None, listed):
+        source = REPO / name
+        if name.startswith("results/") or not source.is_file():
+            continue
+        (dest / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(source, dest / name)
+    return dest
+
+
+def _env() -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("MYOPS_ORT_PLUGIN", "MYOPS_BUILD_DIR", "PYTHONPATH")}
+    env["MYOPS_NO_CUDA"] = "1"  # as nox -s tests builds it: the CPU kernels of the extension
+    return env
+
+
+def _run(copy: Path, *args, timeout=1200) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *args], cwd=copy, env=_env(), capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize("name,message", [
+    ("FastGelu", "snake_case"), ("2x", "snake_case"), ("class", "snake_case"), ("x__y", "snake_case"),
+    ("swish", "exists already"), ("gelu_backward", "_backward"),
+])
+def test_bad_names_are_refused_and_write_nothing(tmp_path, name, message):
+    (tmp_path / "opspec").mkdir()
+    (tmp_path / "opspec" / "swish.py").write_text('SPEC = OpSpec(\n    "swish", "Swish", ("X",))\n')
+    with pytest.raises(new_op.ScaffoldError, match=message):
+        new_op.scaffold(name, repo=tmp_path, log=lambda line: None)
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["opspec", "swish.py"]
+
+
+def test_a_taken_onnx_type_or_an_existing_file_is_refused(tmp_path):
+    (tmp_path / "opspec").mkdir()
+    (tmp_path / "opspec" / "swish.py").write_text('SPEC = OpSpec("swish", "Swish", ("X",))\n')
+    with pytest.raises(new_op.ScaffoldError, match="belongs to another op"):
+        new_op.scaffold("my_swish", onnx_type="Swish", repo=tmp_path, log=lambda line: None)
+    (tmp_path / "kernels").mkdir()
+    (tmp_path / "kernels" / "fast_gelu.h").write_text("// mine\n")
+    with pytest.raises(new_op.ScaffoldError, match="kernels/fast_gelu.h"):
+        new_op.scaffold(NAME, repo=tmp_path, log=lambda line: None)
+    assert (tmp_path / "kernels" / "fast_gelu.h").read_text() == "// mine\n"
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["fast_gelu.h", "kernels", "opspec", "swish.py"]
+
+
+def test_the_scaffold_touches_only_new_files(tmp_path):
+    copy = _tree_copy(tmp_path / "tree")
+    before = {p: p.read_bytes() for p in copy.rglob("*") if p.is_file()}
+    written = new_op.scaffold(NAME, repo=copy, log=lambda line: None)
+    assert all(p not in before for p in written)
+    assert all(p.read_bytes() == data for p, data in before.items())  # no existing file edited
+    assert {p.relative_to(copy).as_posix() for p in written} >= {
+        f"opspec/{NAME}.py", f"kernels/{NAME}.h", f"kernels/{NAME}_cuda.cu", f"ops/{NAME}.py", f"ops/{NAME}_onnx.py",
+        f"ops/csrc/{NAME}.cpp", f"ops/csrc/cuda/{NAME}_cuda.cu", f"ort_plugin/src/cpu/{NAME}_op.cc",
+        f"ort_plugin/src/cuda/{NAME}_op.cc", f"tests/test_{NAME}.py"}
+
+
+def test_a_scaffolded_op_builds_and_passes_its_generated_tests(tmp_path, in_ci):
+    copy = _tree_copy(tmp_path / "tree")
+    scaffolded = _run(copy, "-m", "lab.new_op", NAME)
+    assert scaffolded.returncode == 0, scaffolded.stderr
+    # The registries pick it up with no other edit: export's models, the bench's workloads, the plugin.
+    listed = _run(copy, "-c", "from ops.export import MODELS; from infer.workloads import WORKLOADS; "
+                              "print(' '.join(MODELS), '|', ' '.join(WORKLOADS))")
+    assert listed.returncode == 0 and NAME in listed.stdout.split("|")[0].split() and NAME in listed.stdout.split("|")[1], listed
+    generated = _run(copy, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"tests/test_{NAME}.py")
+    assert generated.returncode == 0, generated.stdout[-4000:] + generated.stderr[-2000:]
+    assert " passed" in generated.stdout and "failed" not in generated.stdout, generated.stdout[-2000:]
+    # The inference side's doctor finds the op in the plugin and proves it by running it.
+    built = _run(copy, "-c", "from ort_plugin.build import build; print(build(log=lambda m: None))")
+    assert built.returncode == 0, built.stderr
+    doctor = _run(copy, "-m", "ort_plugin.doctor", "--plugin", built.stdout.strip().splitlines()[-1])
+    assert doctor.returncode == 0 and "FastGelu" in doctor.stdout, doctor.stdout[-3000:] + doctor.stderr[-2000:]
+
+    if shutil.which("nvcc") is None:
+        if in_ci:
+            pytest.fail("nvcc is expected on CI machines of this kind")
+        pytest.skip("nvcc not installed: the scaffold's CUDA files were not compiled")
+    # Its CUDA files compile too: the plugin's CUDA build, and the extension's CUDA adapter and kernels.
+    cuda_plugin = _run(copy, "-m", "ort_plugin.build", "--cuda", "ON", "--cuda-architectures", "90-real")
+    assert cuda_plugin.returncode == 0, cuda_plugin.stdout[-3000:] + cuda_plugin.stderr[-3000:]
+    cuda_extension = _run(copy, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                          "tests/test_gpu_check.py::test_direct_build_cuda_objects_compile")
+    assert cuda_extension.returncode == 0 and " passed" in cuda_extension.stdout, cuda_extension.stdout[-4000:]
