@@ -1,18 +1,20 @@
 """The GPU check, one command on one CUDA host: `python -m bench.gpu_check [--out results] [--entry ID]`.
 
 Needs a CUDA build of PyTorch, numpy, nvcc and a C++ compiler; no internet, no onnxruntime-gpu, no
-nox. Finishes in well under 5 minutes on one GPU. Stages, each with a time budget:
+nox. Finishes in about 6 minutes on one GPU. Stages, each with a time budget:
 
   1 preflight  the GPU, the toolkit, the matrix entry, provenance
   2 build      the extension for this GPU's architecture only, and bench/gpu/plugin_harness.cu
   3 layer 1    extension vs PyTorch composite on CUDA: forward and backward, float32, float16 and
                bfloat16, edge values, non-contiguous and unaligned inputs, a grid-stride-sized
-               tensor, the op queued on a side stream behind a busy kernel
+               tensor, the op queued on a side stream behind a busy kernel; RMSNorm forward, dx and dw
+               at the weight gradient's chunk edges (rows 1, 63, 64, 65, 4097, and past the chunk cap)
   4 plugin     the ORT plugin's CUDA launch path vs the CPU kernel (torch.ops.myops.swish on CPU):
                the harness always, the plugin through onnxruntime's CUDA EP where that is importable
   5 bench      PyTorch rows and the copy floor, rows for results/<entry>/bench.csv: per call (an event
                pair around each call) and device time (batches queued behind a spin kernel,
-               bench.cuda_timing), at 8x512x768 (fits in L2) and 64x1024x1024 (DRAM)
+               bench.cuda_timing), at 8x512x768 (fits in L2) and 64x1024x1024 (DRAM); RMSNorm's rows at
+               8x512x768 and 8x512x4096
   6 targets    paired device-time ratios and the memory saved, results/<entry>/targets.csv
   7 write      the CSVs (only when every correctness check passed)
 
@@ -56,7 +58,7 @@ PROVIDER = "torch-cuda"
 # Where layer 1 and the rows run; tests set "cpu" to exercise the float32 logic without a GPU.
 DEVICE = "cuda"
 
-BUDGETS_S = {"preflight": 20, "build": 150, "layer 1": 30, "plugin": 20, "bench": 45, "targets": 15, "write": 5}
+BUDGETS_S = {"preflight": 20, "build": 150, "layer 1": 45, "plugin": 20, "bench": 80, "targets": 25, "write": 5}
 
 DTYPES = ("float32", "float16", "bfloat16")
 BETAS = (1.0, 1.702, 0.5, -0.3)
@@ -67,15 +69,25 @@ LAYER1_TOL = {"float32": dict(atol=1e-6, rtol=1.3e-6), "float16": dict(atol=1e-5
               "bfloat16": dict(atol=1e-5, rtol=2**-7)}
 PLUGIN_TOL = {"float32": dict(atol=1e-36, rtol=2**-20), "float16": dict(atol=2**-24, rtol=2**-10)}
 PLUGIN_BETAS = (1.0, 1.702, -0.3)
-# (name, shape): the CPU benchmark's activation, and one far beyond the L2 cache for bandwidth.
-WORKLOADS = (("swish", (8, 512, 768)), ("swish_large", (64, 1024, 1024)))
+# (name, shape): the CPU benchmark's activation, one far beyond the L2 cache for bandwidth, and
+# RMSNorm's two (infer.workloads names them all).
+WORKLOADS = (("swish", (8, 512, 768)), ("swish_large", (64, 1024, 1024)),
+             ("rms_norm", (8, 512, 768)), ("rms_norm_4096", (8, 512, 4096)))
+RMS_NORM_TARGET_WORKLOAD = "rms_norm_4096"
+# RMSNorm's layer 1, against its reference computed in float32 and rounded once. dw sums over every
+# row: its absolute tolerance grows with the square root of the row count (per-row rounding is random).
+RMS_NORM_TOL = {"float32": dict(atol=1e-5, rtol=1e-5), "float16": dict(atol=1e-3, rtol=2**-10),
+                "bfloat16": dict(atol=1e-2, rtol=2**-7)}
+RMS_NORM_EPS = (1e-6, 1e-3)
 TARGET_WORKLOAD = "swish_large"
-# (name, fast row, slow row, limit): holds when the median over pairs of t(slow) / t(fast) >= limit.
-# Forward and copy move the same bytes, so their time ratio is the bandwidth fraction.
+# (name, numerator, denominator, limit): holds when the median over pairs of device time(numerator) /
+# device time(denominator) <= limit, as every target of the lab (bench.targets) reads. Forward and
+# copy move the same bytes: 1/0.9 is 90 % of the copy's bandwidth; 1/1.5 a 1.5x speed-up.
 TARGETS = (
-    ("fused forward vs copy floor (fraction of copy bandwidth)", "torch_extension", "torch_copy", 0.9),
-    ("extension forward vs PyTorch composite (speed-up)", "torch_extension", "torch_composite", 1.5),
-    ("extension backward vs composite autograd (speed-up)", "torch_extension_backward", "torch_composite_backward", 1.5),
+    ("fused forward vs copy floor (at least 90 % of copy bandwidth)", "torch_extension", "torch_copy", round(1 / 0.9, 4)),
+    ("extension forward vs PyTorch composite (1.5x faster)", "torch_extension", "torch_composite", round(1 / 1.5, 4)),
+    ("extension backward vs composite autograd (1.5x faster)", "torch_extension_backward", "torch_composite_backward",
+     round(1 / 1.5, 4)),
 )
 
 
@@ -281,7 +293,7 @@ def preflight(args, torch) -> Setup:
     except ValueError as exc:
         raise HostError(str(exc)) from None
     major, minor = torch.cuda.get_device_capability(0)
-    os.environ["MYOPS_MATRIX_ENTRY"] = entry
+    os.environ["MYOPS_MATRIX_ENTRY"] = entry  # what provenance.collect() records; the plugin's build gets it as an argument
     # One architecture only: a full TORCH_CUDA_ARCH_LIST would multiply the build time.
     os.environ["TORCH_CUDA_ARCH_LIST"] = f"{major}.{minor}"
     if os.environ.pop("MYOPS_NO_CUDA", None) is not None:
@@ -428,9 +440,8 @@ def build_extension(setup: Setup, run: Run) -> str:
     log("ninja not found (torch's JIT build needs it): compiling the same sources with plain compiler calls")
     library = direct_build(setup.arch, setup.nvcc, timeout=max(run.left(), 60))
     torch.ops.load_library(str(library))
-    from ops.swish import register_python_parts
-
-    register_python_parts()
+    for op in ops.OPS.values():
+        op.register_python_parts()
     ops._loaded_from = str(library)  # so that a later ops.load() does not build again
     return f"direct build (no ninja), sm_{setup.arch}: {library}"
 
@@ -568,13 +579,14 @@ def check_views(dtype_name: str) -> str:
 
 
 def launch_limits() -> tuple[int, int, int]:
-    """(threads per block, most blocks, bytes per vector step) of kernels/swish_cuda.cu, read off its source."""
-    text = (KERNELS / "swish_cuda.cu").read_text()
+    """(threads per block, most blocks, bytes per vector step) of the elementwise launcher Swish's
+    kernels use (kernels/elementwise_cuda.cuh), read off its source."""
+    text = (KERNELS / "elementwise_cuda.cuh").read_text()
     values = []
     for name in ("kThreads", "kMaxBlocks", "kVecBytes"):
         match = re.search(rf"constexpr\s+\w+\s+{name}\s*=\s*(\d+)\s*;", text)
         if match is None:
-            raise RuntimeError(f"kernels/swish_cuda.cu no longer defines {name}: update launch_limits()")
+            raise RuntimeError(f"kernels/elementwise_cuda.cuh no longer defines {name}: update launch_limits()")
         values.append(int(match.group(1)))
     return tuple(values)
 
@@ -663,7 +675,93 @@ def check_rejects_float64() -> str:
     raise AssertionError("float64 on CUDA was accepted; the CUDA kernels have no float64 path")
 
 
+def rms_norm_chunking() -> tuple[int, int]:
+    """(rows per chunk, most chunks) of the RMSNorm weight gradient's first pass, read off
+    kernels/rms_norm_cuda.cu: the cases below sit on its edges."""
+    text = (KERNELS / "rms_norm_cuda.cu").read_text()
+    values = []
+    for name in ("kChunkRows", "kMaxChunks"):
+        match = re.search(rf"constexpr\s+\w+\s+{name}\s*=\s*(\d+)\s*;", text)
+        if match is None:
+            raise RuntimeError(f"kernels/rms_norm_cuda.cu no longer defines {name}: update rms_norm_chunking()")
+        values.append(int(match.group(1)))
+    return tuple(values)
+
+
+def rms_norm_shapes() -> list[tuple[int, int]]:
+    """(rows, cols): one chunk short, exact and over; many chunks; widths below, at and beyond a warp
+    and a block; and more rows than the chunk cap holds (the last chunk then takes the rest)."""
+    chunk, max_chunks = rms_norm_chunking()
+    rows = [(1, 768), (chunk - 1, 768), (chunk, 768), (chunk + 1, 768), (64 * chunk + 1, 768)]
+    widths = [(chunk + 1, 1), (chunk + 1, 33), (3, 1023), (5, 4096), (2, 8193)]
+    return rows + widths + [(chunk * max_chunks + 3, 2)]
+
+
+def _rms_norm_reference(x, weight, grad, eps: float):
+    """RMSNorm and its autograd in float32 (float16/bfloat16 upcast exactly), rounded once to x's dtype."""
+    import torch
+
+    from ops.rms_norm import reference
+
+    xr = x.detach().float().requires_grad_(True)
+    wr = weight.detach().float().requires_grad_(True)
+    y = reference(xr, wr, eps)
+    dx, dw = torch.autograd.grad(y, (xr, wr), grad.float())
+    return y.detach().to(x.dtype), dx.to(x.dtype), dw.to(x.dtype)
+
+
+def check_rms_norm(dtype_name: str) -> str:
+    """The extension's RMSNorm forward, dx and dw against the reference at the chunk edges."""
+    import torch
+
+    dtype = getattr(torch, dtype_name)
+    gen = torch.Generator().manual_seed(4)
+    tol = RMS_NORM_TOL[dtype_name]
+    failures, cases = [], 0
+    for rows, cols in rms_norm_shapes():
+        x = (torch.randn(rows, cols, generator=gen) * 3).to(DEVICE, dtype)
+        weight = (1 + 0.1 * torch.randn(cols, generator=gen)).to(DEVICE, dtype)
+        grad = torch.randn(rows, cols, generator=gen).to(DEVICE, dtype)
+        for eps in RMS_NORM_EPS:
+            cases += 1
+
+            def case():
+                xo, wo = x.detach().clone().requires_grad_(True), weight.detach().clone().requires_grad_(True)
+                y = torch.ops.myops.rms_norm(xo, wo, eps)
+                dx, dw = torch.autograd.grad(y, (xo, wo), grad)
+                y_ref, dx_ref, dw_ref = _rms_norm_reference(x, weight, grad, eps)
+                what = f"{rows}x{cols} eps {eps}"
+                _close(y.detach(), y_ref, tol, f"forward {what}")
+                _close(dx, dx_ref, tol, f"dx {what}")
+                _close(dw, dw_ref, dict(tol, atol=tol["atol"] * max(1.0, rows ** 0.5)), f"dw {what}")
+
+            _collect(failures, case)
+        del x, weight, grad
+    return _raise_if(failures, cases)
+
+
+def check_rms_norm_zero_rows(dtype_name: str) -> str:
+    """A row of zeros gives zeros (eps keeps the root finite), with no NaN in dx or dw."""
+    import torch
+
+    dtype = getattr(torch, dtype_name)
+    x = torch.zeros(3, 768, device=DEVICE, dtype=dtype)
+    x[1] = 1
+    weight = torch.ones(768, device=DEVICE, dtype=dtype, requires_grad=True)
+    xo = x.clone().requires_grad_(True)
+    y = torch.ops.myops.rms_norm(xo, weight, 1e-6)
+    dx, dw = torch.autograd.grad(y, (xo, weight), torch.ones_like(y))
+    if (y[0] != 0).any() or (y[2] != 0).any() or not all(torch.isfinite(t).all() for t in (y, dx, dw)):
+        raise AssertionError(f"zero rows: y {y[:, :3].tolist()}, finite dx {bool(torch.isfinite(dx).all())}, "
+                             f"finite dw {bool(torch.isfinite(dw).all())}")
+    return "zeros in, zeros out, gradients finite"
+
+
 def layer1(run: Run) -> None:
+    for dtype_name in DTYPES:
+        run.check("layer 1", f"RMSNorm at the dw chunk edges, fwd+dx+dw, {dtype_name}",
+                  lambda d=dtype_name: check_rms_norm(d))
+        run.check("layer 1", f"RMSNorm zero rows, {dtype_name}", lambda d=dtype_name: check_rms_norm_zero_rows(d))
     for dtype_name in DTYPES:
         run.check("layer 1", f"random shapes x betas, fwd+bwd, {dtype_name}", lambda d=dtype_name: check_random(d))
         run.check("layer 1", f"edge values, {dtype_name}", lambda d=dtype_name: check_edges(d))
@@ -756,7 +854,7 @@ def check_ort(setup: Setup, inputs: dict, time_left: float = 60) -> str:
                    "(check `python -m infer.runner doctor`)")
     try:
         # Its own folder: a one-architecture plugin must not become loader.default_library's pick.
-        library = build(cuda="ON", cuda_architectures=setup.arch, root=BUILD_DIR / "ort_plugin",
+        library = build(cuda="ON", cuda_architectures=setup.arch, root=BUILD_DIR / "ort_plugin", entry=setup.entry,
                         fetch_timeout_s=min(max(time_left / 2, 5), 20), log=lambda message: None)
     except (ToolMissing, HeadersNotFound) as exc:  # no cmake, no pinned headers offline: not buildable here
         raise Skip(f"plugin not built: {str(exc).splitlines()[0]}") from None
@@ -795,21 +893,27 @@ def plugin_stage(run: Run, setup: Setup, harness: Path | None) -> None:
 
 # ---------------------------------------------------------------- benchmark rows and targets
 
-def row_plan(x, grad, beta: float) -> list[tuple[str, str, int, object]]:
-    """(row, what runs, bytes moved per element, maker of the timed call) for one input."""
+def _backward_of(function, x, grad, inputs=None):
+    """Maker of a timed backward: the graph is built once, each call runs its backward again."""
+    import torch
+
+    def make():
+        xg = x.detach().requires_grad_(True)
+        leaves = [xg] + [t.detach().requires_grad_(True) for t in (inputs or ())]
+        y = function(*leaves)
+        return lambda: torch.autograd.grad(y, leaves, grad, retain_graph=True)
+    return make
+
+
+def row_plan(x, grad, beta: float, op: str = "swish") -> list[tuple[str, str, float, object]]:
+    """(row, what runs, tensors of x's size moved per call, maker of the timed call) for one input."""
     import torch
 
     import ops
 
+    if op == "rms_norm":
+        return _rms_norm_row_plan(x, grad)
     silu = torch.nn.functional.silu
-
-    def backward_of(function):
-        def make():
-            xg = x.detach().requires_grad_(True)
-            y = function(xg)  # the graph is built once; each timed call runs its backward again
-            return lambda: torch.autograd.grad(y, xg, grad, retain_graph=True)
-        return make
-
     plan = [
         ("torch_copy", "torch.clone", 2, lambda: (lambda: x.clone())),
         ("torch_composite", "x*sigmoid(beta*x)", 2, lambda: (lambda: ops.reference(x, beta))),
@@ -819,11 +923,46 @@ def row_plan(x, grad, beta: float) -> list[tuple[str, str, int, object]]:
         plan.append(("torch_silu", "F.silu", 2, lambda: (lambda: silu(x))))
     # Backward: read grad and x, write dx.
     plan += [
-        ("torch_composite_backward", "autograd of x*sigmoid(beta*x)", 3, backward_of(lambda t: ops.reference(t, beta))),
-        ("torch_extension_backward", "myops::swish_backward", 3, backward_of(lambda t: ops.swish(t, beta))),
+        ("torch_composite_backward", "autograd of x*sigmoid(beta*x)", 3,
+         _backward_of(lambda t: ops.reference(t, beta), x, grad)),
+        ("torch_extension_backward", "myops::swish_backward", 3, _backward_of(lambda t: ops.swish(t, beta), x, grad)),
     ]
     if beta == 1.0:
-        plan.append(("torch_silu_backward", "F.silu backward", 3, backward_of(silu)))
+        plan.append(("torch_silu_backward", "F.silu backward", 3, _backward_of(silu, x, grad)))
+    return plan
+
+
+def _rms_norm_row_plan(x, grad) -> list[tuple[str, str, float, object]]:
+    """RMSNorm's rows, with the weight the exported models hold (ops.registry's model, seed 0)."""
+    from ops.registry import OPS
+
+    op = OPS["rms_norm"]
+    model = op.build_model("rms_norm", hidden=x.shape[-1])
+    weight = model.weight.detach().to(x.device, x.dtype)
+    eps = model.attribute_values[0]
+    rows_of_weight = 1 / (x.numel() // x.shape[-1])  # the weight, in tensors of x's size
+
+    def call(function):
+        return lambda: (lambda: function(x, weight, eps))
+
+    plan = [
+        ("torch_copy", "torch.clone", 2, lambda: (lambda: x.clone())),
+        ("torch_composite", op.reference_text, 2 + rows_of_weight, call(op.reference)),
+        ("torch_extension", op.torch_name, 2 + rows_of_weight, call(op.function)),
+    ]
+    native = op.native is not None and op.native_applies(op.attributes())
+    if native:
+        plan.append((op.spec.native_row, op.native_text, 2 + rows_of_weight, call(op.native)))
+    # Backward: read grad, x and the weight, write dx and dw.
+    plan += [
+        ("torch_composite_backward", f"autograd of {op.reference_text}", 3 + 2 * rows_of_weight,
+         _backward_of(lambda t, w: op.reference(t, w, eps), x, grad, (weight,))),
+        ("torch_extension_backward", f"{op.torch_name}_backward", 3 + 2 * rows_of_weight,
+         _backward_of(lambda t, w: op.function(t, w, eps), x, grad, (weight,))),
+    ]
+    if native:
+        plan.append((f"{op.spec.native_row}_backward", f"{op.native_text} backward", 3 + 2 * rows_of_weight,
+                     _backward_of(lambda t, w: op.native(t, w, eps), x, grad, (weight,))))
     return plan
 
 
@@ -850,21 +989,14 @@ def warm_up_gpu(seconds: float = 0.5) -> None:
 
 def make_row(setup: Setup, args, workload: str, shape, dtype_name: str, row: str, graph: str, bytes_moved: int,
              measured: dict) -> dict:
-    facts = setup.facts
-    return {
-        "entry": setup.entry, "workload": workload, "row": row, "dtype": dtype_name, "shape": "x".join(map(str, shape)),
-        "beta": args.beta, "opset": None, "exporter": None, "ort_opt_level": None, "ort_graph_nodes": graph,
-        "execution_provider": PROVIDER, "tf32": torch_tf32(), "threads": None, "warmup": args.warmup, "runs": args.runs,
-        "p20_ms": measured["p20_ms"], "p50_ms": measured["p50_ms"], "p80_ms": measured["p80_ms"],
-        "device_ms": measured.get("device_ms"), "timing_method": measured.get("timing_method"),
-        "peak_mb": measured["peak_mb"], "memory_method": measured["memory_method"], "bytes_moved": bytes_moved,
-        "gb_per_s": None, "fraction_of_copy": None, "custom_node_share": None,
-        "torch": facts.get("torch"), "onnx": facts.get("onnx"), "onnxruntime": facts.get("onnxruntime"),
-        "cuda": facts.get("torch_cuda"), "driver": setup.driver, "device": setup.device,
-        "git_sha": facts.get("git_sha"), "git_dirty": facts.get("git_dirty"), "image": facts.get("image") or "",
-        "extension_sha256": extension_sha256(), "plugin_sha256": None, "model_sha256": None,
-        "timestamp": facts.get("timestamp"),
-    }
+    """A bench.csv row in the format every bench writes (infer.rows.record): this host's facts, the
+    row's own shape, dtype and bytes."""
+    from infer.rows import record
+
+    spec = dict(workload=workload, row=row, dtype=dtype_name, shape=shape, beta=args.beta, warmup=args.warmup,
+                runs=args.runs, threads=None, bytes_moved=bytes_moved)
+    facts = dict(setup.facts, gpu=setup.device, driver=setup.driver, extension_sha256=extension_sha256())
+    return record(setup.entry, spec, dict(measured, graph=graph, execution_provider=PROVIDER, tf32=torch_tf32()), facts)
 
 
 def extension_sha256() -> str | None:
@@ -884,25 +1016,11 @@ def torch_tf32() -> str:
     return "on" if torch.backends.cuda.matmul.allow_tf32 else "off (torch.backends.cuda.matmul.allow_tf32=False)"
 
 
-def derive(rows: list[dict]) -> None:
-    """GB/s from the least bytes each row must move over its device time; fraction of the copy's GB/s
-    (same workload and dtype). For forward rows (same bytes as the copy) that is the copy's device
-    time over the row's.
-    """
-    from infer.rows import kernel_ms
-
-    def rate(r):  # bytes per second
-        return r["bytes_moved"] / (kernel_ms(r) * 1e-3) if kernel_ms(r) > 0 else None
-
-    copies = {(r["workload"], r["dtype"]): rate(r) for r in rows if r["row"] == "torch_copy"}
-    for r in rows:
-        mine, copy = rate(r), copies.get((r["workload"], r["dtype"]))
-        r["gb_per_s"] = round(mine / 1e9, 3) if mine else None
-        r["fraction_of_copy"] = round(mine / copy, 3) if mine and copy else None
-
-
 def bench_stage(run: Run, setup: Setup, args) -> list[dict]:
     import torch
+
+    from infer.rows import derive
+    from infer.workloads import WORKLOADS as KNOWN_WORKLOADS
 
     from .torch_rows import measure_cuda
 
@@ -912,7 +1030,8 @@ def bench_stage(run: Run, setup: Setup, args) -> list[dict]:
         for dtype_name in DTYPES:
             x, grad = bench_inputs(shape, dtype_name)
             itemsize = x.element_size()
-            for row, graph, per_element, make in row_plan(x, grad, args.beta):
+            op = KNOWN_WORKLOADS[workload].op
+            for row, graph, tensors, make in row_plan(x, grad, args.beta, op):
                 if run.left() <= 0:
                     skipped += 1
                     continue
@@ -925,7 +1044,7 @@ def bench_stage(run: Run, setup: Setup, args) -> list[dict]:
                     log(f"  {workload:11} {dtype_name:8} {row:24} FAILED: {type(exc).__name__}: {exc}")
                     continue
                 rows.append(make_row(setup, args, workload, shape, dtype_name, row, graph,
-                                     per_element * x.numel() * itemsize, measured))
+                                     round(tensors * x.numel() * itemsize), measured))
                 device = "    none" if measured["device_ms"] is None else f"{measured['device_ms']:8.4f}"
                 log(f"  {workload:11} {dtype_name:8} {row:24} per call p50 {measured['p50_ms']:8.4f} ms "
                     f"(p20 {measured['p20_ms']:.4f}, p80 {measured['p80_ms']:.4f}), device {device} ms, "
@@ -940,35 +1059,49 @@ def bench_stage(run: Run, setup: Setup, args) -> list[dict]:
 
 
 def targets_stage(run: Run, setup: Setup, args) -> list[dict]:
-    """Paired ratios of device time (bench.cuda_timing), each pair's two batches behind one spin."""
+    """Paired ratios of device time (bench.cuda_timing), each pair's two batches behind one spin:
+    Swish's TARGETS on the large workload, and every other op's declared targets (ops/<op>.py) whose
+    rows are PyTorch's (RMSNorm: extension vs F.rms_norm) on its target workload."""
     import torch
 
-    from .cuda_timing import paired_device_ratio
+    from ops.registry import OPS
 
-    shape = dict(WORKLOADS)[TARGET_WORKLOAD]
-    needed = {row for _, fast, slow, _ in TARGETS for row in (fast, slow)}
+    from .cuda_timing import paired_device_ratio
+    from .targets import target_status
+
+    rms_norm_targets = tuple((name, numerator, denominators[0], limit)
+                             for name, numerator, denominators, limit in OPS["rms_norm"].targets
+                             if numerator.startswith("torch_") and denominators[0].startswith("torch_"))
+    plans = (("swish", TARGET_WORKLOAD, TARGETS), ("rms_norm", RMS_NORM_TARGET_WORKLOAD, rms_norm_targets))
     results = []
-    for dtype_name in DTYPES:
-        if run.left() <= 0:
-            run.notes.append(f"targets: {dtype_name} skipped, the stage ran out of its {BUDGETS_S['targets']} s budget")
-            continue
-        x, grad = bench_inputs(shape, dtype_name)
-        calls = {row: make() for row, _, _, make in row_plan(x, grad, args.beta) if row in needed}
-        for name, fast, slow, limit in TARGETS:
-            try:
-                ratio = paired_device_ratio(calls[fast], calls[slow], args.pairs)
-            except Exception as exc:  # reported, like a missed target, not a correctness failure
-                run.notes.append(f"targets: {name}, {dtype_name} failed: {type(exc).__name__}: {exc}")
+    for op, workload, targets in plans:
+        shape = dict(WORKLOADS)[workload]
+        needed = {row for _, numerator, denominator, _ in targets for row in (numerator, denominator)}
+        for dtype_name in DTYPES:
+            if run.left() <= 0:
+                run.notes.append(f"targets: {op} {dtype_name} skipped, the stage ran out of its "
+                                 f"{BUDGETS_S['targets']} s budget")
                 continue
-            results.append({
-                "entry": setup.entry, "target": f"{name}, {dtype_name} {'x'.join(map(str, shape))}",
-                "numerator": slow, "denominator": fast, "median_ratio": round(ratio, 4), "limit": f">= {limit}",
-                "holds": ratio >= limit, "pairs": args.pairs, "threads": None, "opset": None,
-                "git_sha": setup.facts.get("git_sha"), "timestamp": setup.facts.get("timestamp"),
-            })
-            log(f"  {results[-1]['target']:90} {ratio:6.3f}  ({target_status(ratio, limit)})")
-        del calls, x, grad
-        torch.cuda.empty_cache()
+            x, grad = bench_inputs(shape, dtype_name)
+            calls = {row: make() for row, _, _, make in row_plan(x, grad, args.beta, op) if row in needed}
+            for name, numerator, denominator, limit in targets:
+                if numerator not in calls or denominator not in calls:
+                    continue  # F.silu at a beta other than 1, F.rms_norm before torch 2.4
+                try:  # paired_device_ratio(a, b) is t(b) / t(a)
+                    ratio = paired_device_ratio(calls[denominator], calls[numerator], args.pairs)
+                except Exception as exc:  # reported, like a missed target, not a correctness failure
+                    run.notes.append(f"targets: {name}, {dtype_name} failed: {type(exc).__name__}: {exc}")
+                    continue
+                results.append({
+                    "entry": setup.entry, "op": op, "target": f"{name}, {dtype_name} {'x'.join(map(str, shape))}",
+                    "numerator": numerator, "denominator": denominator, "shape": "x".join(map(str, shape)),
+                    "median_ratio": round(ratio, 4), "limit": limit, "holds": ratio <= limit, "pairs": args.pairs,
+                    "threads": None, "opset": None, "git_sha": setup.facts.get("git_sha"),
+                    "timestamp": setup.facts.get("timestamp"),
+                })
+                log(f"  {results[-1]['target']:90} {ratio:6.3f}  ({target_status(ratio, limit)})")
+            del calls, x, grad
+            torch.cuda.empty_cache()
     return results
 
 
@@ -978,7 +1111,7 @@ def parse_harness_timing(stdout: str) -> dict[str, float]:
     return {key: float(value) for key, value in (part.split("=") for part in line.split())}
 
 
-PLUGIN_COPY_LIMIT = 0.9
+PLUGIN_COPY_LIMIT = round(1 / 0.9, 4)  # the kernel's time over the copy's: at least 90 % of copy bandwidth
 
 
 def plugin_kernel_targets(setup: Setup, harness: Path | None, reps: int = 20) -> list[dict]:
@@ -986,6 +1119,8 @@ def plugin_kernel_targets(setup: Setup, harness: Path | None, reps: int = 20) ->
     device time, on the large workload: the ORT custom op's floor where no onnxruntime-gpu is here."""
     if harness is None:
         return []
+    from .targets import target_status
+
     shape = dict(WORKLOADS)[TARGET_WORKLOAD]
     n = 1
     for size in shape:
@@ -996,19 +1131,19 @@ def plugin_kernel_targets(setup: Setup, harness: Path | None, reps: int = 20) ->
         if ran.returncode != 0:
             raise RuntimeError(f"plugin_harness time {code}: {ran.stderr.strip()[-300:]}")
         timing = parse_harness_timing(ran.stdout)
-        ratio = timing["copy_ms"] / timing["forward_ms"]
-        target = (f"plugin CUDA kernel vs cudaMemcpy D2D (fraction of copy bandwidth, harness), "
+        ratio = timing["forward_ms"] / timing["copy_ms"]
+        target = (f"plugin CUDA kernel vs cudaMemcpy D2D (at least 90 % of copy bandwidth, harness), "
                   f"{dtype_name} {'x'.join(map(str, shape))}")
         log(f"  {target:90} {ratio:6.3f}  ({target_status(ratio, PLUGIN_COPY_LIMIT)})")
-        results.append({"entry": setup.entry, "target": target, "numerator": "cuda_memcpy_d2d",
-                        "denominator": "plugin_kernel", "median_ratio": round(ratio, 4),
-                        "limit": f">= {PLUGIN_COPY_LIMIT}", "holds": ratio >= PLUGIN_COPY_LIMIT, "pairs": reps,
+        results.append({"entry": setup.entry, "op": "swish", "target": target, "numerator": "plugin_kernel",
+                        "denominator": "cuda_memcpy_d2d", "median_ratio": round(ratio, 4),
+                        "limit": PLUGIN_COPY_LIMIT, "holds": ratio <= PLUGIN_COPY_LIMIT, "pairs": reps,
                         "threads": None, "opset": None, "git_sha": setup.facts.get("git_sha"),
                         "timestamp": setup.facts.get("timestamp")})
     return results
 
 
-ORT_PER_CALL_LIMIT = 1.3
+ORT_PER_CALL_LIMIT = round(1 / 1.3, 4)  # the custom op's time over the composite's: 1.3x faster
 PROVIDER_OF = {"cuda": "CUDAExecutionProvider", "cpu": "CPUExecutionProvider"}
 
 
@@ -1029,7 +1164,7 @@ def ort_per_call_target(setup: Setup, args) -> list[dict]:
     from ort_plugin.loader import exact_providers, register
     from ort_plugin.onnx_file import one_node_model
 
-    from .targets import paired_ratio
+    from .targets import paired_ratio, target_status
 
     shape = dict(WORKLOADS)["swish"]
     x, _ = bench_inputs(shape, "float32")
@@ -1055,24 +1190,27 @@ def ort_per_call_target(setup: Setup, args) -> list[dict]:
         ops.reference(x, 1.0)
         torch.cuda.synchronize()
 
-    ratio = paired_ratio(torch_call, ort_call, args.pairs)
+    ratio = paired_ratio(ort_call, torch_call, args.pairs)
     target = f"ORT custom op vs PyTorch composite, per call (host clock), float32 {'x'.join(map(str, shape))}"
     log(f"  {target:90} {ratio:6.3f}  ({target_status(ratio, ORT_PER_CALL_LIMIT)})")
-    return [{"entry": setup.entry, "target": target, "numerator": "torch_composite", "denominator": "ort_custom",
-             "median_ratio": round(ratio, 4), "limit": f">= {ORT_PER_CALL_LIMIT}", "holds": ratio >= ORT_PER_CALL_LIMIT,
+    return [{"entry": setup.entry, "op": "swish", "target": target, "numerator": "ort_custom", "denominator": "torch_composite",
+             "median_ratio": round(ratio, 4), "limit": ORT_PER_CALL_LIMIT, "holds": ratio <= ORT_PER_CALL_LIMIT,
              "pairs": args.pairs, "threads": None, "opset": 17, "git_sha": setup.facts.get("git_sha"),
              "timestamp": setup.facts.get("timestamp")}]
 
 
-MEMORY_SAVED_LIMIT = 0.95
+MEMORY_UNSAVED_LIMIT = 0.05
 
 
 def memory_targets(setup: Setup, rows: list[dict]) -> list[dict]:
     """The fused op's peak memory below the composite's by one activation tensor (TARGET_WORKLOAD).
 
     At its peak the composite holds sigmoid(beta*x) beside its output; the op, only its output. The
-    ratio is the memory saved over one tensor's size; the limit leaves 5 % for allocator rounding.
+    ratio is the fused peak over (the composite's peak less one tensor), as a share of one tensor:
+    0 when exactly one tensor is saved; the limit leaves 5 % of a tensor for allocator rounding.
     """
+    from .targets import target_status
+
     results = []
     for dtype_name in DTYPES:
         peaks = {r["row"]: r for r in rows if r["workload"] == TARGET_WORKLOAD and r["dtype"] == dtype_name}
@@ -1080,22 +1218,17 @@ def memory_targets(setup: Setup, rows: list[dict]) -> list[dict]:
             continue
         tensor_mb = peaks["torch_extension"]["bytes_moved"] / 2 / 2**20  # forward rows move x in and y out
         saved = float(peaks["torch_composite"]["peak_mb"]) - float(peaks["torch_extension"]["peak_mb"])
-        ratio = saved / tensor_mb
+        ratio = 1 - saved / tensor_mb
         results.append({
-            "entry": setup.entry, "target": f"fused peak memory below the composite's, in activation tensors, "
-            f"{dtype_name} {peaks['torch_extension']['shape']}", "numerator": "torch_composite peak - torch_extension peak",
+            "entry": setup.entry, "op": "swish", "target": f"fused peak memory not saved against the composite's, in activation "
+            f"tensors (0: one tensor saved), {dtype_name} {peaks['torch_extension']['shape']}",
+            "numerator": "torch_extension peak - (torch_composite peak - one tensor)",
             "denominator": f"one tensor ({tensor_mb:.1f} MiB)", "median_ratio": round(ratio, 4),
-            "limit": f">= {MEMORY_SAVED_LIMIT}", "holds": ratio >= MEMORY_SAVED_LIMIT, "pairs": None, "threads": None, "opset": None,
-            "git_sha": setup.facts.get("git_sha"), "timestamp": setup.facts.get("timestamp"),
+            "limit": MEMORY_UNSAVED_LIMIT, "holds": ratio <= MEMORY_UNSAVED_LIMIT, "pairs": None, "threads": None,
+            "opset": None, "git_sha": setup.facts.get("git_sha"), "timestamp": setup.facts.get("timestamp"),
         })
-        log(f"  {results[-1]['target']:90} {ratio:6.3f}  ({target_status(ratio, MEMORY_SAVED_LIMIT)})")
+        log(f"  {results[-1]['target']:90} {ratio:6.3f}  ({target_status(ratio, MEMORY_UNSAVED_LIMIT)})")
     return results
-
-
-def target_status(measured: float, limit: float) -> str:
-    """'met (+4.1 %)' or 'MISSED by 12.0 %', relative to the limit (targets are lower bounds)."""
-    margin = (measured - limit) / limit * 100
-    return f"met (+{margin:.1f} %)" if measured >= limit else f"MISSED by {-margin:.1f} %"
 
 
 def write_results(out: Path, entry: str, rows: list[dict], targets: list[dict]) -> None:
@@ -1119,16 +1252,18 @@ def write_results(out: Path, entry: str, rows: list[dict], targets: list[dict]) 
 # ---------------------------------------------------------------- summary and main
 
 def summary(run: Run, targets: list[dict]) -> None:
+    from .targets import target_status
+
     print("\n==== correctness " + "=" * 80)
     for c in run.checks:
         short = c.detail.strip().splitlines()[0][:100] if c.detail.strip() else ""
         print(f"{c.status:4}  {c.stage:9} {c.name:68} {short}")
     if targets:
         print("\n==== targets (median of paired ratios; missed targets are reported, not failures) " + "=" * 15)
-        print(f"{'target':100} {'measured':>8}  {'limit':>7}  status")
+        print(f"{'target (holds when measured <= limit)':100} {'measured':>8}  {'limit':>7}  status")
         for t in targets:
-            limit = float(t["limit"].split()[-1])
-            print(f"{t['target']:100} {t['median_ratio']:8.3f}  {t['limit']:>7}  {target_status(t['median_ratio'], limit)}")
+            limit = float(t["limit"])
+            print(f"{t['target']:100} {t['median_ratio']:8.3f}  {limit:7.4g}  {target_status(t['median_ratio'], limit)}")
     for note in run.notes:
         print(f"note: {note}")
     failed = [c for c in run.checks if c.status == "FAIL"]
@@ -1145,7 +1280,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--runs", type=int, default=100)
     parser.add_argument("--pairs", type=int, default=100, help="alternating A/B pairs per target ratio")
-    parser.add_argument("--time-limit", type=float, default=285, help="seconds for all stages together")
+    parser.add_argument("--time-limit", type=float, default=345, help="seconds for all stages together")
     args = parser.parse_args(argv)
 
     try:

@@ -47,8 +47,18 @@ TARGETS = [
 # ops/<op>.py (TorchOp.targets), measured at each of its op-alone workloads with the rows of
 # _op_callables (RMSNorm: vs F.rms_norm, and vs the SimplifiedLayerNormalization ORT fuses its
 # decomposed graph into).
+# A fused row's peak memory over its composite's: at least 5 % below (the composite holds one more
+# activation-sized tensor at its peak; 5 % leaves room for allocator rounding).
+MEMORY_LIMIT = 0.95
 COPY_NAMES = {"ort_plugin_copy": "the plugin's myops::Copy", "ort_copy": "ORT's Identity",
               "torch_copy_into": "copy_ into a preallocated tensor", "torch_copy": "clone"}
+
+
+def target_status(ratio: float, limit: float) -> str:
+    """'met (12.0 % under the limit)' or 'MISSED by 8.0 %': every target, CPU or GPU, is an upper
+    bound on a ratio whose numerator is ours (the fused op, its plugin, its peak memory)."""
+    margin = (limit - ratio) / limit * 100
+    return f"met ({margin:.1f} % under the limit)" if ratio <= limit else f"MISSED by {-margin:.1f} %"
 
 
 def _shared_ort_pool(threads: int) -> None:
@@ -280,7 +290,7 @@ def measure_targets(args, models: dict, plugin: str, rows: list[dict], facts: di
                             opset=newest if m["numerator"].endswith("_newest") else op_opsets.get(m["op"], opset),
                             ort_thread_pool=ORT_THREAD_POOL, note=m["note"], git_sha=facts["git_sha"],
                             timestamp=facts["timestamp"]))
-    # Memory: fused rows must peak below their composite rows (fresh-process figures of this run).
+    # Memory: fused rows must peak at most MEMORY_LIMIT of their composite rows (fresh-process figures of this run).
     peaks = {(r["row"], r.get("ort_opt_level") or "", r.get("opset") or ""): r["peak_mb"] for r in rows
              if r["workload"] == "swish" and not r.get("isa")}
     for name, fused, composite in (
@@ -289,10 +299,10 @@ def measure_targets(args, models: dict, plugin: str, rows: list[dict], facts: di
     ):
         if fused in peaks and composite in peaks:
             ratio = peaks[fused] / peaks[composite] if peaks[composite] else float("inf")
-            holds = peaks[fused] < peaks[composite]
+            holds = ratio <= MEMORY_LIMIT
             print(f"  {name:48} {peaks[fused]:.1f} MB vs {peaks[composite]:.1f} MB  {'OK' if holds else 'MISSED'}", flush=True)
             results.append(dict(entry=args.entry, op="swish", target=name, numerator=fused[0], denominator=composite[0],
-                                shape="x".join(map(str, WORKLOADS["swish"].shape)), median_ratio=round(ratio, 4), limit="< 1", holds=holds, pairs=1, threads=args.threads,
+                                shape="x".join(map(str, WORKLOADS["swish"].shape)), median_ratio=round(ratio, 4), limit=MEMORY_LIMIT, holds=holds, pairs=1, threads=args.threads,
                                 opset=opset, ort_thread_pool="", git_sha=facts["git_sha"],
                                 timestamp=facts["timestamp"]))
     return results

@@ -62,12 +62,19 @@ def copy_models(directory: Path, opset: int, hidden: int = 768) -> dict:
                                             "Copy", hidden=hidden)}
 
 
+# Where a row's device column names the GPU rather than the CPU: ORT's CUDA EP, and PyTorch on CUDA
+# (bench.gpu_check's rows).
+GPU_PROVIDERS = ("CUDAExecutionProvider", "torch-cuda")
+
+
 def record(entry: str, spec: dict, measured: dict, facts: dict) -> dict:
-    """One CSV row from a measure spec (infer.measure, bench.torch_rows), what it measured and the provenance facts."""
+    """One CSV row from a measure spec (infer.measure, bench.torch_rows, bench.gpu_check), what it
+    measured and the provenance facts. The spec may set dtype and shape (default: float32, the
+    workload's) and bytes_moved (default: derive() fills in the workload's float32 forward traffic)."""
+    shape = spec.get("shape") or WORKLOADS[spec["workload"]].shape
     return {
         "entry": entry, "workload": spec["workload"], "op": WORKLOADS[spec["workload"]].op, "row": spec["row"],
-        "dtype": "float32",
-        "shape": "x".join(map(str, WORKLOADS[spec["workload"]].shape)), "beta": spec["beta"],
+        "dtype": spec.get("dtype", "float32"), "shape": "x".join(map(str, shape)), "beta": spec["beta"],
         "opset": spec.get("opset"), "exporter": spec.get("exporter"), "ort_opt_level": spec.get("ort_opt_level"),
         "ort_graph_nodes": measured["graph"], "execution_provider": measured["execution_provider"],
         "tf32": measured.get("tf32"), "threads": spec["threads"], "isa": spec.get("isa"), "warmup": spec["warmup"], "runs": spec["runs"],
@@ -77,10 +84,10 @@ def record(entry: str, spec: dict, measured: dict, facts: dict) -> dict:
         "process_spread": measured.get("process_spread"),
         "device_ms": measured.get("device_ms"), "timing_method": measured.get("timing_method"),
         "peak_mb": measured["peak_mb"], "memory_method": measured["memory_method"],
-        "custom_node_share": measured.get("custom_node_share"),
+        "bytes_moved": spec.get("bytes_moved"), "custom_node_share": measured.get("custom_node_share"),
         "torch": facts.get("torch"), "onnx": facts.get("onnx"), "onnxruntime": facts.get("onnxruntime"),
         "cuda": measured.get("cuda") or facts.get("torch_cuda"), "driver": facts.get("driver"),
-        "device": facts.get("gpu") if measured["execution_provider"] == "CUDAExecutionProvider" else facts.get("cpu"),
+        "device": facts.get("gpu") if measured["execution_provider"] in GPU_PROVIDERS else facts.get("cpu"),
         "arch": platform.machine(), "host": facts.get("host"),
         "git_sha": facts.get("git_sha"), "git_dirty": facts.get("git_dirty"), "image": facts.get("image") or "",
         # The exact binaries and model the row ran: torch rows the extension, ORT rows their ONNX file
@@ -113,20 +120,27 @@ def kernel_ms(row: dict) -> float:
 
 
 def derive(rows: list[dict]) -> None:
-    """Bandwidth from the least bytes each workload must move; fraction of the copy floor's (the
-    fastest copy of the same framework, workload and opset)."""
+    """Bandwidth from the least bytes each row must move (its bytes_moved where set, as a GPU row's
+    backward or float16 traffic; else its workload's float32 forward traffic) over its kernel time;
+    fraction of the copy floor's bandwidth (the fastest copy of the same framework, workload, dtype
+    and opset)."""
+    def key(r):
+        return (r["workload"], r["execution_provider"], r["opset"], r.get("dtype") or "float32")
+
+    def rate(r):  # bytes per second
+        return float(r["bytes_moved"]) / (kernel_ms(r) * 1e-3) if kernel_ms(r) > 0 else None
+
     copies = {}
     for r in rows:
-        if r["row"] in COPY_ROWS:
-            key = (r["workload"], r["execution_provider"], r["opset"])
-            if key not in copies or kernel_ms(r) < kernel_ms(copies[key]):
-                copies[key] = r
+        if r["row"] in COPY_ROWS and (key(r) not in copies or kernel_ms(r) < kernel_ms(copies[key(r)])):
+            copies[key(r)] = r
     for r in rows:
-        workload = WORKLOADS[r["workload"]]
-        r["bytes_moved"] = workload.bytes_moved
-        r["gb_per_s"] = round(workload.bytes_moved / (kernel_ms(r) * 1e-3) / 1e9, 3)
-        copy = copies.get((r["workload"], r["execution_provider"], r["opset"]))
-        r["fraction_of_copy"] = round(kernel_ms(copy) / kernel_ms(r), 3) if copy else None
+        r["bytes_moved"] = r.get("bytes_moved") or WORKLOADS[r["workload"]].bytes_moved
+    for r in rows:
+        mine, copy = rate(r), copies.get(key(r))
+        floor = rate(copy) if copy else None
+        r["gb_per_s"] = round(mine / 1e9, 3) if mine else None
+        r["fraction_of_copy"] = round(mine / floor, 3) if mine and floor else None
 
 
 def write(results: Path, entry: str, rows: list[dict], samples: list[dict] | None = None) -> Path:

@@ -169,24 +169,29 @@ def test_rows_written_in_the_benchmark_format(tmp_path):
                                dict(measured, device_ms=device))
             for row, factor, device in (("torch_copy", 2, 0.1), ("torch_extension", 2, 0.125),
                                         ("torch_extension_backward", 3, 0.15))]
-    gpu_check.derive(rows)
+    from infer.rows import derive
+
+    derive(rows)  # the CPU bench's (one row format, one derivation)
     assert [r["fraction_of_copy"] for r in rows] == [1.0, 0.8, 1.0]
+    assert rows[1]["op"] == "swish" and rows[1]["dtype"] == "float32" and rows[1]["shape"] == "64x1024x1024"
     assert rows[0]["gb_per_s"] == round(2 * 4 * 2**26 / 1e-4 / 1e9, 3)
     # An existing CPU entry stays in the aggregate; a second write replaces the GPU rows, no duplicates.
     write_csv_atomic(tmp_path / "cpu" / "bench.csv", [dict(rows[0], entry="cpu", execution_provider="torch-cpu")], COLUMNS)
-    targets = [{"entry": "cuda13.0", "target": "t", "median_ratio": 2.0, "limit": ">= 1.5", "holds": True}]
+    targets = [{"entry": "cuda13.0", "op": "swish", "target": "t", "median_ratio": 0.5, "limit": 0.6667, "holds": True}]
     for _ in range(2):
         gpu_check.write_results(tmp_path, "cuda13.0", rows, targets)
     written = read_csv(tmp_path / "cuda13.0" / "bench.csv")
     assert len(written) == 3 and list(written[0]) == COLUMNS
     assert written[1]["execution_provider"] == "torch-cuda" and written[1]["device"] == "NVIDIA H200"
     assert len(read_csv(tmp_path / "bench_all.csv")) == 4
-    assert read_csv(tmp_path / "cuda13.0" / "targets.csv")[0]["limit"] == ">= 1.5"
+    assert read_csv(tmp_path / "cuda13.0" / "targets.csv")[0]["limit"] == "0.6667"  # numeric, as the CPU's
 
 
 def test_target_status_says_by_how_much():
-    assert gpu_check.target_status(0.95, 0.9) == "met (+5.6 %)"
-    assert gpu_check.target_status(1.2, 1.5) == "MISSED by 20.0 %"
+    from bench.targets import target_status
+
+    assert target_status(0.85, 0.9) == "met (5.6 % under the limit)"
+    assert target_status(1.8, 1.5) == "MISSED by 20.0 %"
 
 
 def test_layer1_checks_pass_on_the_cpu_kernel(ext, monkeypatch):
@@ -195,6 +200,13 @@ def test_layer1_checks_pass_on_the_cpu_kernel(ext, monkeypatch):
     assert gpu_check.check_random("float32") == f"{len(gpu_check.SHAPES) * len(gpu_check.BETAS)} cases"
     gpu_check.check_edges("float32")
     gpu_check.check_views("float32")
+    # RMSNorm's: the chunk edges read off kernels/rms_norm_cuda.cu, then every case on the CPU kernel.
+    chunk, max_chunks = gpu_check.rms_norm_chunking()
+    assert (chunk, max_chunks) == (64, 65535)
+    rows = [r for r, _ in gpu_check.rms_norm_shapes()]
+    assert {1, 63, 64, 65, 4097, 64 * 65535 + 3} <= set(rows)
+    assert gpu_check.check_rms_norm("float32") == f"{len(rows) * len(gpu_check.RMS_NORM_EPS)} cases"
+    gpu_check.check_rms_norm_zero_rows("float32")
     inputs = gpu_check.plugin_inputs()
     for dtype_name, x in inputs.items():
         y = gpu_check.cpu_kernel(x, 1.702)
@@ -207,7 +219,8 @@ def test_bench_and_target_stages_run_on_the_cpu(ext, monkeypatch, host_clock_cud
     """The rows, their derived columns and the paired targets, with host-clock events and CPU tensors."""
     monkeypatch.setattr(gpu_check, "DEVICE", "cpu")
     monkeypatch.setattr(gpu_check, "DTYPES", ("float32",))
-    monkeypatch.setattr(gpu_check, "WORKLOADS", (("swish", (2, 8, 16)), ("swish_large", (4, 64, 64))))
+    monkeypatch.setattr(gpu_check, "WORKLOADS", (("swish", (2, 8, 16)), ("swish_large", (4, 64, 64)),
+                                                 ("rms_norm", (2, 8, 16)), ("rms_norm_4096", (2, 4, 64))))
     monkeypatch.setattr(gpu_check, "warm_up_gpu", lambda: None)
 
     class Args:
@@ -219,16 +232,27 @@ def test_bench_and_target_stages_run_on_the_cpu(ext, monkeypatch, host_clock_cud
         rows = gpu_check.bench_stage(run, setup, Args)
     assert [r["row"] for r in rows[:7]] == ["torch_copy", "torch_composite", "torch_extension", "torch_silu",
                                             "torch_composite_backward", "torch_extension_backward", "torch_silu_backward"]
-    assert len(rows) == 14 and all(r["gb_per_s"] and r["fraction_of_copy"] for r in rows)
+    rms = [r for r in rows if r["op"] == "rms_norm"]
+    assert [r["row"] for r in rms[:7]] == ["torch_copy", "torch_composite", "torch_extension", "torch_rms_norm",
+                                           "torch_composite_backward", "torch_extension_backward",
+                                           "torch_rms_norm_backward"]
+    assert len(rows) == 28 and all(r["gb_per_s"] and r["fraction_of_copy"] for r in rows)
+    # RMSNorm's forward moves x, y and the weight once: a little more than its copy.
+    assert rms[2]["bytes_moved"] == (2 * 2 * 8 * 16 + 16) * 4 and rms[0]["bytes_moved"] == 2 * 2 * 8 * 16 * 4
     assert all(r["device_ms"] > 0 and "spin kernel" in r["timing_method"] and r["tf32"].startswith("off") for r in rows)
     assert rows[0]["peak_mb"] == 1.0 and rows[0]["memory_method"].startswith("torch.cuda.max_memory_allocated")
     with run.stage("targets"):
         targets = gpu_check.targets_stage(run, setup, Args) + gpu_check.memory_targets(setup, rows)
-    assert [t["numerator"] for t in targets] == ["torch_copy", "torch_composite", "torch_composite_backward",
-                                                 "torch_composite peak - torch_extension peak"]
-    assert all(t["median_ratio"] is not None and t["target"].endswith("float32 4x64x64") for t in targets)
-    # The allocator figures are faked (every row 1 MiB): no memory saved, so that target is missed.
-    assert targets[-1]["median_ratio"] == 0 and targets[-1]["holds"] is False
+    assert [(t["op"], t["numerator"], t["denominator"]) for t in targets] == [
+        ("swish", "torch_extension", "torch_copy"), ("swish", "torch_extension", "torch_composite"),
+        ("swish", "torch_extension_backward", "torch_composite_backward"),
+        ("rms_norm", "torch_extension", "torch_rms_norm"),
+        ("swish", "torch_extension peak - (torch_composite peak - one tensor)", "one tensor (0.1 MiB)")]
+    assert all(isinstance(t["limit"], float) and t["holds"] == (t["median_ratio"] <= t["limit"]) for t in targets)
+    assert all(t["target"].endswith("float32 4x64x64") for t in targets if t["op"] == "swish")
+    assert targets[3]["target"].endswith("float32 2x4x64")
+    # The allocator figures are faked (every row 1 MiB): no memory saved (a whole tensor unsaved), so that target is missed.
+    assert targets[-1]["median_ratio"] == 1 and targets[-1]["holds"] is False
 
 
 @pytest.mark.parametrize("layer1_fails", [False, True], ids=["all-pass", "a-check-fails"])
@@ -256,7 +280,7 @@ def test_main_runs_the_stages_and_writes_only_when_correct(ext, monkeypatch, tmp
     monkeypatch.setattr(gpu_check, "bench_stage", lambda run, setup, args: [
         gpu_check.make_row(setup, args, "swish", (2,), "float32", "torch_copy", "torch.clone", 16, measured)])
     monkeypatch.setattr(gpu_check, "targets_stage", lambda run, setup, args: [
-        {"entry": "cuda13.0", "target": "t", "median_ratio": 1.2, "limit": ">= 1.5", "holds": False}])
+        {"entry": "cuda13.0", "target": "t", "median_ratio": 0.8, "limit": 0.6667, "holds": False}])
 
     code = gpu_check.main(["--out", str(tmp_path / "results")])
     out = capsys.readouterr().out
@@ -269,7 +293,7 @@ def test_main_runs_the_stages_and_writes_only_when_correct(ext, monkeypatch, tmp
 
 def test_large_cases_go_round_both_stride_loops():
     """Sizes from the kernel's own launch constants: every dtype's vector loop and scalar loop iterate."""
-    assert gpu_check.launch_limits() == (256, 65535, 16)  # read off kernels/swish_cuda.cu
+    assert gpu_check.launch_limits() == (256, 65535, 16)  # read off kernels/elementwise_cuda.cuh
     grid = 256 * 65535
     assert gpu_check.stride_loop_size(4) // 4 >= 2 * grid and gpu_check.stride_loop_size(2) // 8 >= 2 * grid
     assert (1 << 26) // 8 < grid  # the old float16 case (2^26 + 5) never left the first grid
@@ -318,8 +342,9 @@ def test_ort_per_call_target_pairs_the_plugin_with_the_composite(ext, plugin_pat
     assert gpu_check.ort_per_call_target(setup, Args) == []  # the plugin stage did not pass: nothing to pair
     setup.ort_plugin = plugin_path
     (target,) = gpu_check.ort_per_call_target(setup, Args)
-    assert target["numerator"] == "torch_composite" and target["denominator"] == "ort_custom"
-    assert target["median_ratio"] > 0 and target["limit"] == ">= 1.3" and target["holds"] == (target["median_ratio"] >= 1.3)
+    assert target["numerator"] == "ort_custom" and target["denominator"] == "torch_composite"
+    assert target["median_ratio"] > 0 and target["limit"] == round(1 / 1.3, 4)
+    assert target["holds"] == (target["median_ratio"] <= target["limit"])
 
 
 def test_plugin_kernel_target_reads_the_harness_timing(tmp_path):
@@ -331,7 +356,7 @@ def test_plugin_kernel_target_reads_the_harness_timing(tmp_path):
     setup = gpu_check.Setup("cuda13.0", "90", "9.0", "nvcc", "GPU", None, {"git_sha": "abc", "timestamp": "t"})
     assert gpu_check.plugin_kernel_targets(setup, None) == []
     f32, f16 = gpu_check.plugin_kernel_targets(setup, script)
-    assert f32["median_ratio"] == 0.8 and f32["holds"] is False and f16["target"].endswith("float16 64x1024x1024")
+    assert f32["median_ratio"] == 1.25 and f32["holds"] is False and f16["target"].endswith("float16 64x1024x1024")
     script.write_text("#!/bin/sh\necho 'plugin_harness: cudaMalloc(in): cudaErrorMemoryAllocation' >&2\nexit 1\n")
     with pytest.raises(RuntimeError, match="cudaErrorMemoryAllocation"):
         gpu_check.plugin_kernel_targets(setup, script)
