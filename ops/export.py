@@ -43,6 +43,7 @@ REPO = Path(__file__).resolve().parent.parent
 DEFAULT_OUT_DIR = REPO / "build" / "onnx"
 EXPORTERS = ("torchscript", "dynamo")
 LOWERINGS = ("custom", "decomposed")
+DTYPES = ("float32", "float16")
 # Every op's models (the op alone, named like it, then any others: swish's ffn); MODEL_OP names the op each holds.
 MODELS = tuple(MODEL_OP)
 # Default-domain opsets each exporter can emit with this torch (TorchScript stops at 20; the
@@ -272,7 +273,7 @@ def register_onnx_schemas() -> None:
 
 
 def check_graph(model: onnx.ModelProto, *, model_name: str, lowering: str, opset: int, exporter: str,
-                attributes: dict | None = None, dynamic_axes: dict | None = None) -> None:
+                attributes: dict | None = None, dynamic_axes: dict | None = None, dtype: str = "float32") -> None:
     """Raise ExportError, printing what the graph holds, unless it is exactly what was asked for."""
     register_onnx_schemas()
     op = OPS[MODEL_OP[model_name]]
@@ -283,7 +284,7 @@ def check_graph(model: onnx.ModelProto, *, model_name: str, lowering: str, opset
     problems = []
     nodes = [f"{n.domain + '::' if n.domain else ''}{n.op_type}" for n in model.graph.node if n.op_type != "Constant"]
     activation = Counter(n for n in nodes if n.startswith(DOMAIN + "::") or n in op.onnx.NODE_TYPES)
-    expected = op.onnx.expected_nodes(lowering, opset, exporter, op.attributes(**(attributes or {})))
+    expected = op.onnx.expected_nodes(lowering, opset, exporter, op.attributes(**(attributes or {})), dtype=dtype)
     if activation != expected:
         problems.append(f"{MODEL_OP[model_name]} nodes {dict(activation)} != expected {dict(expected)}")
     allowed_rest = LINEAR_OPS if model_name == "ffn" else set()
@@ -319,6 +320,7 @@ class ExportResult:
     lowering: str
     opset: int
     attributes: dict            # the op's ONNX attributes in the file (Swish's beta, RMSNorm's epsilon...)
+    dtype: str                  # of X, Y and the weights
     sha256: str
     export_shape: list[int]
     graph: str
@@ -327,20 +329,24 @@ class ExportResult:
     warnings: list[str] = field(default_factory=list)
 
 
-def default_path(model_name: str, exporter: str, lowering: str, opset: int, out_dir: Path = DEFAULT_OUT_DIR) -> Path:
-    return Path(out_dir) / f"{model_name}-{lowering}-{exporter}-opset{opset}.onnx"
+def default_path(model_name: str, exporter: str, lowering: str, opset: int, out_dir: Path = DEFAULT_OUT_DIR,
+                 dtype: str = "float32") -> Path:
+    suffix = "" if dtype == "float32" else f"-{dtype}"
+    return Path(out_dir) / f"{model_name}-{lowering}-{exporter}-opset{opset}{suffix}.onnx"
 
 
 def export(model_name: str, *, exporter: str = "dynamo", lowering: str = "custom", opset: int = 18,
            beta: float | None = None, eps: float | None = None, attributes: dict | None = None,
            path: str | os.PathLike | None = None, export_shape=(2, 16, 768), seed: int = 0,
-           dynamic_axes: dict | None = None, symbolic_opset: int = 1) -> ExportResult:
+           dynamic_axes: dict | None = None, symbolic_opset: int = 1, dtype: str = "float32") -> ExportResult:
     """Export, check, and atomically write one model; returns what was written and how.
 
     dynamic_axes: {name: {axis: axis name}} for the input 'x' and output 'y' (default: batch and
     seq of both). symbolic_opset: the opset the TorchScript symbolic is registered from.
     The op's attributes default to its declaration's; beta (swish), eps (rms_norm) and `attributes`
-    (any op, by ONNX or torch name) override them.
+    (any op, by ONNX or torch name) override them. dtype: float32, or float16 (the model's weights
+    and input; dynamo only: the TorchScript exporter runs the model while tracing, and the CPU
+    kernels are float32).
     """
     if model_name not in MODELS:
         raise ExportError(f"unknown model {model_name!r}; choose one of {', '.join(MODELS)}")
@@ -350,13 +356,18 @@ def export(model_name: str, *, exporter: str = "dynamo", lowering: str = "custom
         raise ExportError(f"unknown lowering {lowering!r}; choose one of {', '.join(LOWERINGS)}")
     if dynamic_axes is not None:
         _check_dynamic_axes(dynamic_axes)
+    if dtype not in DTYPES:
+        raise ExportError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
+    if dtype != "float32" and exporter == "torchscript":
+        raise ExportError(f"a {dtype} export with the TorchScript exporter would run the CPU kernels (float32 only) "
+                          "while tracing: use --exporter dynamo, which traces with fake tensors")
     load_extension()
-    path = Path(path) if path else default_path(model_name, exporter, lowering, opset)
+    path = Path(path) if path else default_path(model_name, exporter, lowering, opset, dtype=dtype)
     path.parent.mkdir(parents=True, exist_ok=True)
     op = OPS[MODEL_OP[model_name]]
     attributes = op.attributes(**{"beta": beta, "eps": eps, **(attributes or {})})
-    model = build_model(model_name, hidden=export_shape[-1], seed=seed, **attributes)
-    example = sample_input(*export_shape)
+    model = build_model(model_name, hidden=export_shape[-1], seed=seed, **attributes).to(getattr(torch, dtype))
+    example = sample_input(*export_shape).to(getattr(torch, dtype))
     with tempfile.TemporaryDirectory(dir=path.parent, prefix=".export-") as tmp:
         tmp_path = Path(tmp) / path.name
         with warnings.catch_warnings(record=True) as caught, _quiet():
@@ -369,12 +380,12 @@ def export(model_name: str, *, exporter: str = "dynamo", lowering: str = "custom
                                op=op)
         proto = onnx.load(str(tmp_path))
         check_graph(proto, model_name=model_name, lowering=lowering, opset=opset, exporter=exporter,
-                    attributes=attributes, dynamic_axes=dynamic_axes)
+                    attributes=attributes, dynamic_axes=dynamic_axes, dtype=dtype)
         digest = hashlib.sha256(tmp_path.read_bytes()).hexdigest()
         os.replace(tmp_path, path)
     return ExportResult(
         path=str(path), model=model_name, op=op.name, exporter=exporter, lowering=lowering, opset=opset,
-        attributes=attributes, sha256=digest, export_shape=list(export_shape), graph=describe(proto),
+        attributes=attributes, dtype=dtype, sha256=digest, export_shape=list(export_shape), graph=describe(proto),
         warnings=sorted({str(w.message).splitlines()[0] for w in caught}),
     )
 
@@ -392,6 +403,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--exporter", choices=EXPORTERS, default="dynamo")
     parser.add_argument("--lowering", choices=LOWERINGS, default="custom")
     parser.add_argument("--opset", type=int, help="default: every opset of default_opsets(exporter)")
+    parser.add_argument("--dtype", choices=DTYPES, default="float32", help="of the model and its input (float16: dynamo)")
     parser.add_argument("--beta", type=float, help="swish and ffn (default 1.0)")
     parser.add_argument("--eps", type=float, help="rms_norm (default 1e-6)")
     parser.add_argument("--attribute", action="append", default=[], metavar="NAME=VALUE",
@@ -411,7 +423,7 @@ def main(argv: list[str] | None = None) -> int:
         for model in models:
             for opset in opsets:
                 result = export(model, exporter=args.exporter, lowering=args.lowering, opset=opset, beta=args.beta,
-                                eps=args.eps, attributes=attributes, path=args.output)
+                                eps=args.eps, attributes=attributes, dtype=args.dtype, path=args.output)
                 print(json.dumps(asdict(result)))
     except ExportError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -3,7 +3,9 @@ both lowerings, and the nodes each lowering must produce (ops/export.py checks e
 
 custom      one myops::RMSNorm node (inputs X, scale; float attribute epsilon), opset import myops:1
 decomposed  Pow, ReduceMean, Add, Sqrt, Div, Mul: the pattern ONNX Runtime's default optimisation
-            level fuses into com.microsoft::SimplifiedLayerNormalization. From opset 23, where the
+            level fuses into com.microsoft::SimplifiedLayerNormalization. A float16 X is cast to
+            float first and the result back (the scale too, folded where it is an initializer), so
+            that the sums are in float32 as the contract says and the constants meet float tensors. From opset 23, where the
             installed onnxruntime runs it, the standard RMSNormalization node instead (dynamo only:
             the TorchScript exporter stops at opset 20).
 """
@@ -26,7 +28,9 @@ DEFAULT_EPSILON = SPEC.attributes["epsilon"]
 FIRST_STANDARD_RMS_NORM_OPSET = 23
 DECOMPOSED_NODES = ("Pow", "ReduceMean", "Add", "Sqrt", "Div", "Mul")
 # Every node type a lowering of this op may produce: what ops.export counts as the op's nodes.
-NODE_TYPES = {f"{DOMAIN}::{ONNX_TYPE}", "RMSNormalization", *DECOMPOSED_NODES}
+NODE_TYPES = {f"{DOMAIN}::{ONNX_TYPE}", "RMSNormalization", "Cast", *DECOMPOSED_NODES}
+# TorchScript's scalar type names of the narrow float types X may have, and their ONNX element types.
+NARROW_TYPES = {"Half": onnx.TensorProto.FLOAT16, "BFloat16": onnx.TensorProto.BFLOAT16}
 
 
 @functools.lru_cache(maxsize=None)
@@ -77,12 +81,15 @@ def register_schema() -> None:
     onnx.defs.register_schema(schema)
 
 
-def expected_nodes(lowering: str, opset: int, exporter: str, attributes: dict | None = None) -> Counter:
+def expected_nodes(lowering: str, opset: int, exporter: str, attributes: dict | None = None,
+                   dtype: str = "float32") -> Counter:
     if lowering == "custom":
         return Counter({f"{DOMAIN}::{ONNX_TYPE}": 1})
     if uses_standard(opset, exporter):
         return Counter({"RMSNormalization": 1})
-    return Counter({name: 1 for name in DECOMPOSED_NODES})
+    # float16: X cast in and Y cast out; the scale's Cast meets an initializer, which the exporter's
+    # optimiser folds (the scale is then stored as float32).
+    return Counter({name: 1 for name in DECOMPOSED_NODES}) + (Counter({"Cast": 2}) if dtype != "float32" else Counter())
 
 
 def torchscript_symbolic(lowering: str):
@@ -99,13 +106,20 @@ def torchscript_symbolic(lowering: str):
         def constant(value, dtype=torch.float32):
             return g.op("Constant", value_t=torch.tensor(value, dtype=dtype))
 
-        squares = g.op("Pow", x, constant(2.0))
+        stored = x.type().scalarType() if x.type().kind() == "TensorType" else None
+        narrow = stored not in (None, "Float")  # float16: sum in float32, as the contract says
+        x32 = g.op("Cast", x, to_i=onnx.TensorProto.FLOAT) if narrow else x
+        squares = g.op("Pow", x32, constant(2.0))
         if g.opset >= 18:  # ReduceMean's axes became an input in opset 18
             mean = g.op("ReduceMean", squares, constant([-1], torch.int64), keepdims_i=1)
         else:
             mean = g.op("ReduceMean", squares, axes_i=[-1], keepdims_i=1)
         root = g.op("Sqrt", g.op("Add", mean, constant(eps)))
-        y = g.op("Mul", g.op("Div", x, root), weight)
+        if narrow:
+            scaled = g.op("Mul", g.op("Div", x32, root), g.op("Cast", weight, to_i=onnx.TensorProto.FLOAT))
+            y = g.op("Cast", scaled, to_i=NARROW_TYPES[stored])
+        else:
+            y = g.op("Mul", g.op("Div", x, root), weight)
         y.setType(x.type())
         return y
 
@@ -135,8 +149,15 @@ def dynamo_translation(lowering: str, opset: int):
     from onnxscript import opset18 as op
 
     def decomposed(x, weight, eps: float = DEFAULT_EPSILON):
-        mean = op.ReduceMean(op.Pow(x, op.Constant(value_float=2.0)), op.Constant(value_ints=[-1]), keepdims=1)
+        # The exporter's values carry their element type (onnx_ir DataType, an int enum); float16
+        # sums in float32, as the contract says: cast in, compute, cast back.
+        stored = getattr(x, "dtype", None)
+        narrow = stored is not None and int(stored) != onnx.TensorProto.FLOAT
+        x32 = op.Cast(x, to=onnx.TensorProto.FLOAT) if narrow else x
+        mean = op.ReduceMean(op.Pow(x32, op.Constant(value_float=2.0)), op.Constant(value_ints=[-1]), keepdims=1)
         root = op.Sqrt(op.Add(mean, op.Constant(value_float=eps)))
+        if narrow:
+            return op.Cast(op.Mul(op.Div(x32, root), op.Cast(weight, to=onnx.TensorProto.FLOAT)), to=int(stored))
         return op.Mul(op.Div(x, root), weight)
 
     return decomposed

@@ -50,7 +50,7 @@ def register_schema() -> None:
     onnx.defs.register_schema(schema)
 
 
-def expected_nodes(lowering: str, opset: int, exporter: str, attributes: dict) -> Counter:
+def expected_nodes(lowering: str, opset: int, exporter: str, attributes: dict, dtype: str = "float32") -> Counter:
     if lowering == "custom":
         return Counter({f"{DOMAIN}::{ONNX_TYPE}": 1})
     if uses_standard(opset, exporter):

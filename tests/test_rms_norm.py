@@ -313,6 +313,50 @@ def test_decomposed_uses_standard_rms_normalization_from_opset_23(ext, tmp_path)
     assert attributes["axis"] == -1 and attributes["epsilon"] == pytest.approx(1e-5)
 
 
+@pytest.mark.parametrize("opset", [17, 18])
+def test_float16_decomposed_export_sums_in_float32_and_runs_in_ort(ext, tmp_path, opset):
+    """X float16: the decomposed graph casts X (and the scale) to float, sums there, casts Y back
+    (the constants then meet float tensors); ONNX Runtime runs it and matches the float32 reference
+    rounded once to float16."""
+    import onnxruntime as ort
+
+    from ops import export as E
+
+    if "dynamo" not in E.available_exporters():
+        pytest.skip("float16 export needs the dynamo exporter (TorchScript runs the float32 CPU kernels)")
+    result = E.export("rms_norm", exporter="dynamo", lowering="decomposed", opset=opset, dtype="float16",
+                      path=tmp_path / "h.onnx")
+    model = onnx.load(result.path)
+    nodes = [n.op_type for n in model.graph.node if n.op_type != "Constant"]
+    # X cast in, Y cast out; the scale's Cast was folded into its initializer by the exporter.
+    assert Counter(nodes) == Counter({"Cast": 2, "Pow": 1, "ReduceMean": 1, "Add": 1, "Sqrt": 1, "Div": 1, "Mul": 1})
+    assert {i.type.tensor_type.elem_type for i in model.graph.input} == {onnx.TensorProto.FLOAT16}
+    assert model.graph.output[0].type.tensor_type.elem_type == onnx.TensorProto.FLOAT16
+    x = (torch.randn(3, 7, 768) * 30).half()  # squares beyond float16's range: they must be summed in float32
+    weight = E.build_model("rms_norm").weight.detach().half()
+    (y,) = ort.InferenceSession(result.path, providers=["CPUExecutionProvider"]).run(None, {"x": x.numpy()})
+    from ops.rms_norm import reference
+
+    expected = reference(x, weight)  # float32 sums, rounded once to float16
+    assert y.dtype == np.float16 and np.isfinite(y).all()
+    np.testing.assert_allclose(y.astype(np.float32), expected.float().numpy(), rtol=2**-10, atol=1e-3)
+
+
+def test_float16_custom_export_types_the_node(ext, tmp_path):
+    from ops import export as E
+
+    if "dynamo" not in E.available_exporters():
+        pytest.skip("float16 export needs the dynamo exporter")
+    model = onnx.load(E.export("rms_norm", exporter="dynamo", lowering="custom", opset=18, dtype="float16",
+                               path=tmp_path / "c.onnx").path)
+    assert [n.op_type for n in model.graph.node if n.op_type != "Constant"] == ["RMSNorm"]
+    assert model.graph.output[0].type.tensor_type.elem_type == onnx.TensorProto.FLOAT16
+    with pytest.raises(E.ExportError, match="use --exporter dynamo"):
+        E.export("rms_norm", exporter="torchscript", lowering="decomposed", opset=18, dtype="float16",
+                 path=tmp_path / "t.onnx")
+    assert not (tmp_path / "t.onnx").exists()
+
+
 def test_doctor_probes_and_reads_rms_norm(ext, plugin_path, tmp_path):
     from ops.export import export
 
