@@ -47,7 +47,8 @@ REFERENCE_ROWS = [
 BACKWARD_ROWS = [
     ("PyTorch composite, backward (autograd)", "torch_composite_backward", ""),
     ("PyTorch custom C++ extension, backward", "torch_extension_backward", ""),
-    ("torch.nn.functional.silu, backward", "torch_silu_backward", ""),
+    *((f"{NATIVE_TITLES.get(spec.native_row, spec.native_row)}, backward", f"{spec.native_row}_backward", "")
+      for spec in OPS.values() if spec.native_row),
 ]
 ALL_ROWS = FOUR_ROWS + REFERENCE_ROWS + BACKWARD_ROWS
 # Swish first (the lab's first op), then the others' as opspec declares them.
@@ -342,13 +343,14 @@ def _gpu_summary(entry: str, rows: list[dict], targets: list[dict], dtypes: list
                 f"{ort_rows[0].get('timing_method') or 'timed on the host between two stream synchronisations'}; "
                 f"memory: {ort_rows[0]['memory_method']}; 'of copy floor' against ORT's Identity.", ""]
                if ort_rows else []),
-             "![latency](latency.png)", "", "![memory](memory.png)", ""]
+             *(line for latency, memory in chart_names(rows).values()
+               for line in (f"![latency]({latency})", "", f"![memory]({memory})", ""))]
     for workload in workloads(rows):
         wrows = [r for r in rows if r["workload"] == workload]
         runs = f"{wrows[0]['warmup']} warm-ups, {wrows[0]['runs']} runs"
         for dtype in [d for d in dtypes if any(r["dtype"] == d for r in wrows)]:
             title = WORKLOAD_TITLES.get(workload, workload)
-            lines += [f"## {title}, {wrows[0]['shape']}, {dtype}, beta {wrows[0]['beta']} ({runs})", ""]
+            lines += [f"## {title}, {wrows[0]['shape']}, {dtype}, {_coefficient(wrows[0])} ({runs})", ""]
             lines += summary_table(wrows, workload, dtype, key="dtype") + [""]
     return "\n".join(lines + _targets_table(targets))
 

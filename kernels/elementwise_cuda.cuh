@@ -51,7 +51,8 @@ __global__ void elementwise(int64_t n, bool aligned, Op op, const T* a, const T*
   }
 }
 
-inline bool is_aligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % kVecBytes == 0; }
+// static: file-local, so that it stays out of the libraries' dynamic symbol tables.
+static inline bool is_aligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % kVecBytes == 0; }
 
 template <typename T, typename Op>
 cudaError_t launch(Op op, const void* a, const void* b, void* out, int64_t n, cudaStream_t stream) {

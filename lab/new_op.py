@@ -21,6 +21,21 @@ from string import Template
 REPO = Path(__file__).resolve().parent.parent
 TEMPLATES = Path(__file__).resolve().parent / "new_op_templates"
 NAME_PATTERN = re.compile(r"[a-z][a-z0-9]*(_[a-z0-9]+)*")
+# The name becomes a C++ namespace beside <cmath>'s functions and inside myops:: (cpu, cuda), and a
+# torch schema name: C++ keywords, the math functions a header may declare globally and the
+# namespaces the code already uses would not compile.
+CPP_RESERVED = {
+    "alignas", "alignof", "and", "asm", "auto", "bool", "case", "catch", "char", "class", "const", "constexpr",
+    "continue", "decltype", "default", "delete", "do", "double", "else", "enum", "explicit", "export", "extern",
+    "false", "float", "for", "friend", "goto", "if", "inline", "int", "long", "mutable", "namespace", "new",
+    "noexcept", "not", "nullptr", "operator", "or", "private", "protected", "public", "register", "return",
+    "short", "signed", "sizeof", "static", "struct", "switch", "template", "this", "throw", "true", "try",
+    "typedef", "typeid", "typename", "union", "unsigned", "using", "virtual", "void", "volatile", "while", "xor",
+    "abs", "acos", "asin", "atan", "ceil", "cos", "cosh", "erf", "erfc", "exp", "exp2", "expm1", "fabs", "floor",
+    "fma", "fmax", "fmin", "fmod", "hypot", "log", "log10", "log1p", "log2", "max", "min", "pow", "round", "sin",
+    "sinh", "sqrt", "tan", "tanh", "trunc", "div", "signbit", "isnan", "isinf",
+    "std", "at", "c10", "torch", "cpu", "cuda", "myops", "myops_cuda", "internal", "ops", "onnx",
+}
 ONNX_TYPE_PATTERN = re.compile(r"[A-Z][A-Za-z0-9]*")
 
 
@@ -36,6 +51,9 @@ def _check(name: str, onnx_type: str, repo: Path) -> None:
     if not NAME_PATTERN.fullmatch(name) or keyword.iskeyword(name):
         raise ScaffoldError(f"{name!r} is not a usable op name: use lower-case snake_case starting with a letter "
                             "(e.g. fast_gelu); it becomes torch.ops.myops.<name> and a Python module")
+    if name in CPP_RESERVED:
+        raise ScaffoldError(f"{name!r} is a C++ keyword, a <cmath> function or a namespace the code uses: it would "
+                            f"not compile as the op's namespace; choose a longer name (e.g. my_{name})")
     if name.endswith("_backward"):
         raise ScaffoldError(f"{name!r} ends in _backward, the suffix of every op's gradient op: choose another name")
     if not ONNX_TYPE_PATTERN.fullmatch(onnx_type):
@@ -43,6 +61,11 @@ def _check(name: str, onnx_type: str, repo: Path) -> None:
     taken = {p.stem for p in (repo / "opspec").glob("*.py")}
     if name in taken:
         raise ScaffoldError(f"an op named {name!r} exists already (opspec/{name}.py): choose another name")
+    # Its workload and model share its name: no other op's may have it (swish's ffn, swish_large...).
+    workloads = {m.group(1) for p in (repo / "opspec").glob("*.py")
+                 for m in re.finditer(r'(?:WorkloadSpec\(\s*|model=)"([^"]+)"', p.read_text())}
+    if name in workloads:
+        raise ScaffoldError(f"{name!r} names a workload or model of another op (opspec/): choose another name")
     types = {m.group(1) for p in (repo / "opspec").glob("*.py")
              for m in re.finditer(r'OpSpec\(\s*"[^"]+",\s*"([^"]+)"', p.read_text())}
     if onnx_type in types:

@@ -213,7 +213,8 @@ EXTENSION_LOADS = r'''
 import torch
 from ops.build import build_info
 torch.ops.load_library(build_info()["library"])
-print("CUDA kernel:", torch._C._dispatch_has_kernel_for_dispatch_key("myops::swish", "CUDA"))
+from opspec import TORCH_OPS
+print("CUDA kernel:", all(torch._C._dispatch_has_kernel_for_dispatch_key(f"myops::{op}", "CUDA") for op in TORCH_OPS))
 '''
 PLUGIN_INFO = r'''
 import json

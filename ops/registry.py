@@ -22,5 +22,15 @@ def _load() -> dict[str, TorchOp]:
     return found
 
 
+def _model_ops(ops: dict[str, TorchOp]) -> dict[str, str]:
+    found = {}
+    for op in ops.values():
+        for model in op.models:
+            if model in found:
+                raise ImportError(f"the model {model!r} is declared by ops/{found[model]}.py and ops/{op.name}.py: rename one")
+            found[model] = op.name
+    return found
+
+
 OPS: dict[str, TorchOp] = _load()
-MODEL_OP = {model: op.name for op in OPS.values() for model in op.models}
+MODEL_OP = _model_ops(OPS)

@@ -29,6 +29,8 @@ FIRST_STANDARD_RMS_NORM_OPSET = 23
 DECOMPOSED_NODES = ("Pow", "ReduceMean", "Add", "Sqrt", "Div", "Mul")
 # Every node type a lowering of this op may produce: what ops.export counts as the op's nodes.
 NODE_TYPES = {f"{DOMAIN}::{ONNX_TYPE}", "RMSNormalization", "Cast", *DECOMPOSED_NODES}
+# Its lowerings handle a float16 X (ops.export refuses float16 for an op without this).
+EXPORTS_FLOAT16 = True
 # TorchScript's scalar type names of the narrow float types X may have, and their ONNX element types.
 NARROW_TYPES = {"Half": onnx.TensorProto.FLOAT16, "BFloat16": onnx.TensorProto.BFLOAT16}
 

@@ -55,6 +55,10 @@ def _discover() -> dict[str, OpSpec]:
         if spec.name != module:
             raise ImportError(f"opspec/{module}.py declares the op {spec.name!r}: an op's file is named after it")
         found[spec.name] = spec
+    workloads = [w.name for spec in found.values() for w in spec.workloads]
+    repeated = sorted({w for w in workloads if workloads.count(w) > 1})
+    if repeated:
+        raise ImportError(f"workload names {repeated} are declared by more than one op (opspec/): rename one")
     return found
 
 

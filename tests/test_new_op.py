@@ -41,11 +41,14 @@ def _run(copy: Path, *args, timeout=1200) -> subprocess.CompletedProcess:
 
 @pytest.mark.parametrize("name,message", [
     ("FastGelu", "snake_case"), ("2x", "snake_case"), ("class", "snake_case"), ("x__y", "snake_case"),
-    ("swish", "exists already"), ("gelu_backward", "_backward"),
+    ("swish", "exists already"), ("gelu_backward", "_backward"), ("tanh", "C\\+\\+ keyword"), ("cuda", "namespace"),
+    ("int", "C\\+\\+ keyword"), ("ffn", "workload or model"), ("swish_large", "workload or model"),
 ])
 def test_bad_names_are_refused_and_write_nothing(tmp_path, name, message):
     (tmp_path / "opspec").mkdir()
-    (tmp_path / "opspec" / "swish.py").write_text('SPEC = OpSpec(\n    "swish", "Swish", ("X",))\n')
+    (tmp_path / "opspec" / "swish.py").write_text('SPEC = OpSpec(\n    "swish", "Swish", ("X",), workloads=(\n'
+                                                  '    WorkloadSpec("swish_large", "t", model="swish"),\n'
+                                                  '    WorkloadSpec("ffn", "t", model="ffn")))\n')
     with pytest.raises(new_op.ScaffoldError, match=message):
         new_op.scaffold(name, repo=tmp_path, log=lambda line: None)
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["opspec", "swish.py"]
@@ -103,3 +106,15 @@ def test_a_scaffolded_op_builds_and_passes_its_generated_tests(tmp_path, in_ci):
     cuda_extension = _run(copy, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                           "tests/test_gpu_check.py::test_direct_build_cuda_objects_compile")
     assert cuda_extension.returncode == 0 and " passed" in cuda_extension.stdout, cuda_extension.stdout[-4000:]
+
+
+def test_the_registries_refuse_a_name_declared_twice():
+    """What the scaffold's checks keep out, the registries refuse too: a model or workload of two ops."""
+    from ops.declaration import TorchOp
+    from ops.registry import OPS, _model_ops
+
+    swish = OPS["swish"]
+    clash = TorchOp(spec=OPS["rms_norm"].spec, function=swish.function, reference=swish.reference, reference_text="",
+                    register_python_parts=lambda: None, extra_models={"ffn": swish.extra_models["ffn"]})
+    with pytest.raises(ImportError, match="'ffn' is declared by ops/swish.py and ops/rms_norm.py"):
+        _model_ops({"swish": swish, "rms_norm": clash})

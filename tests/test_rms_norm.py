@@ -354,7 +354,11 @@ def test_float16_custom_export_types_the_node(ext, tmp_path):
     with pytest.raises(E.ExportError, match="use --exporter dynamo"):
         E.export("rms_norm", exporter="torchscript", lowering="decomposed", opset=18, dtype="float16",
                  path=tmp_path / "t.onnx")
-    assert not (tmp_path / "t.onnx").exists()
+    # Swish's lowerings are float32 only (its beta constant is a float): refused, not written wrong.
+    with pytest.raises(E.ExportError, match="float32 only"):
+        E.export("swish", exporter="dynamo", lowering="decomposed", opset=18, beta=1.702, dtype="float16",
+                 path=tmp_path / "s.onnx")
+    assert not (tmp_path / "t.onnx").exists() and not (tmp_path / "s.onnx").exists()
 
 
 def test_doctor_probes_and_reads_rms_norm(ext, plugin_path, tmp_path):
