@@ -906,63 +906,42 @@ def _backward_of(function, x, grad, inputs=None):
 
 
 def row_plan(x, grad, beta: float, op: str = "swish") -> list[tuple[str, str, float, object]]:
-    """(row, what runs, tensors of x's size moved per call, maker of the timed call) for one input."""
-    import torch
-
-    import ops
-
-    if op == "rms_norm":
-        return _rms_norm_row_plan(x, grad)
-    silu = torch.nn.functional.silu
-    plan = [
-        ("torch_copy", "torch.clone", 2, lambda: (lambda: x.clone())),
-        ("torch_composite", "x*sigmoid(beta*x)", 2, lambda: (lambda: ops.reference(x, beta))),
-        ("torch_extension", "myops::swish", 2, lambda: (lambda: ops.swish(x, beta))),
-    ]
-    if beta == 1.0:
-        plan.append(("torch_silu", "F.silu", 2, lambda: (lambda: silu(x))))
-    # Backward: read grad and x, write dx.
-    plan += [
-        ("torch_composite_backward", "autograd of x*sigmoid(beta*x)", 3,
-         _backward_of(lambda t: ops.reference(t, beta), x, grad)),
-        ("torch_extension_backward", "myops::swish_backward", 3, _backward_of(lambda t: ops.swish(t, beta), x, grad)),
-    ]
-    if beta == 1.0:
-        plan.append(("torch_silu_backward", "F.silu backward", 3, _backward_of(silu, x, grad)))
-    return plan
-
-
-def _rms_norm_row_plan(x, grad) -> list[tuple[str, str, float, object]]:
-    """RMSNorm's rows, with the weight the exported models hold (ops.registry's model, seed 0)."""
+    """(row, what runs, tensors of x's size moved per call, maker of the timed call) for one input,
+    from the op's declaration (ops/<op>.py): the copy, the composite, the extension and PyTorch's
+    own function where it applies, then their backwards. The weights are those the exported models
+    hold (the op's model, seed 0); the attributes its defaults, with the run's beta for Swish."""
     from ops.registry import OPS
 
-    op = OPS["rms_norm"]
-    model = op.build_model("rms_norm", hidden=x.shape[-1])
-    weight = model.weight.detach().to(x.device, x.dtype)
-    eps = model.attribute_values[0]
-    rows_of_weight = 1 / (x.numel() // x.shape[-1])  # the weight, in tensors of x's size
+    declared = OPS[op]
+    attributes = declared.attributes(beta=beta)
+    model = declared.build_model(declared.name, hidden=x.shape[-1], attributes=attributes)
+    weights = tuple(getattr(model, name).detach().to(x.device, x.dtype) for name in declared.weights)
+    constants = tuple(attributes.values())
+    per_weight = 1 / (x.numel() // x.shape[-1]) if x.numel() else 0  # a [hidden] weight, in tensors of x's size
 
-    def call(function):
-        return lambda: (lambda: function(x, weight, eps))
+    def forward(function):
+        return lambda: (lambda: function(x, *weights, *constants))
 
+    def backward(function):
+        return _backward_of(lambda t, *w: function(t, *w, *constants), x, grad, weights)
+
+    native = declared.native is not None and declared.native_applies(attributes)
+    moved, moved_back = 2 + len(weights) * per_weight, 3 + 2 * len(weights) * per_weight  # dw written too
     plan = [
         ("torch_copy", "torch.clone", 2, lambda: (lambda: x.clone())),
-        ("torch_composite", op.reference_text, 2 + rows_of_weight, call(op.reference)),
-        ("torch_extension", op.torch_name, 2 + rows_of_weight, call(op.function)),
+        ("torch_composite", declared.reference_text, moved, forward(declared.reference)),
+        ("torch_extension", declared.torch_name, moved, forward(declared.function)),
     ]
-    native = op.native is not None and op.native_applies(op.attributes())
     if native:
-        plan.append((op.spec.native_row, op.native_text, 2 + rows_of_weight, call(op.native)))
-    # Backward: read grad, x and the weight, write dx and dw.
+        plan.append((declared.spec.native_row, declared.native_text, moved, forward(declared.native)))
+    # Backward: read grad, x (and the weights), write dx (and their gradients).
     plan += [
-        ("torch_composite_backward", f"autograd of {op.reference_text}", 3 + 2 * rows_of_weight,
-         _backward_of(lambda t, w: op.reference(t, w, eps), x, grad, (weight,))),
-        ("torch_extension_backward", f"{op.torch_name}_backward", 3 + 2 * rows_of_weight,
-         _backward_of(lambda t, w: op.function(t, w, eps), x, grad, (weight,))),
+        ("torch_composite_backward", f"autograd of {declared.reference_text}", moved_back, backward(declared.reference)),
+        ("torch_extension_backward", f"{declared.torch_name}_backward", moved_back, backward(declared.function)),
     ]
     if native:
-        plan.append((f"{op.spec.native_row}_backward", f"{op.native_text} backward", 3 + 2 * rows_of_weight,
-                     _backward_of(lambda t, w: op.native(t, w, eps), x, grad, (weight,))))
+        plan.append((f"{declared.spec.native_row}_backward", f"{declared.native_text} backward", moved_back,
+                     backward(declared.native)))
     return plan
 
 
