@@ -736,7 +736,6 @@ def check_rms_norm(dtype_name: str) -> str:
                 _close(dw, dw_ref, dict(tol, atol=tol["atol"] * max(1.0, rows ** 0.5)), f"dw {what}")
 
             _collect(failures, case)
-        del x, weight, grad
     return _raise_if(failures, cases)
 
 

@@ -47,6 +47,7 @@ TARGETS = [
 # ops/<op>.py (TorchOp.targets), measured at each of its op-alone workloads with the rows of
 # _op_callables (RMSNorm: vs F.rms_norm, and vs the SimplifiedLayerNormalization ORT fuses its
 # decomposed graph into).
+
 # A fused row's peak memory over its composite's: at least 5 % below (the composite holds one more
 # activation-sized tensor at its peak; 5 % leaves room for allocator rounding).
 MEMORY_LIMIT = 0.95
@@ -186,10 +187,10 @@ DRAM_TARGETS = [(f"{name} (DRAM-sized tensor, 1x65536x768)", numerator, denomina
 def _child(spec: dict) -> list[dict]:
     import numpy as np
 
-    _setup(spec)
-    measured = []
     from ops.registry import OPS
 
+    _setup(spec)
+    measured = []
     for name, paths in spec.get("op_workloads", {}).items():
         workload = WORKLOADS[name]
         measured += _measure(spec, _op_callables(spec, workload.op, paths, workload.input(seed=0)),

@@ -35,7 +35,7 @@ class TorchOp:
     extra_models: dict = field(default_factory=dict)  # name -> (hidden, function, attributes) -> Module
     artifact_seeds: dict = field(default_factory=dict)  # model -> seed of its fixed input in the artifacts
     artifact_attributes: dict = field(default_factory=dict)  # model -> ONNX attributes of its artifacts
-    tolerances: dict = field(default_factory=lambda: {"float32": (1e-5, 1e-6)})  # layer 1: dtype -> (rtol, atol)
+    tolerances: dict = field(default_factory=lambda: {"float32": (1e-5, 1e-6)})  # layer 1 vs the reference: dtype -> (rtol, atol)
     targets: tuple[Target, ...] = ()  # at each op-alone workload; rows: "torch_extension", native_row, "ort_custom", ...
 
     @property

@@ -17,7 +17,6 @@ import argparse
 import contextlib
 import functools
 import hashlib
-import importlib
 import inspect
 import json
 import os
@@ -120,7 +119,6 @@ def newest_opset(exporter: str) -> int:
 
 def default_opsets(exporter: str) -> list[int]:
     return sorted({17, 18, newest_opset(exporter)})
-
 
 
 # ---------------------------------------------------------------- TorchScript exporter

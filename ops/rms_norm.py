@@ -103,7 +103,9 @@ OP = TorchOp(
     native_text="F.rms_norm",
     native_applies=lambda attributes: hasattr(torch.nn.functional, "rms_norm"),  # torch >= 2.4
     artifact_seeds={"rms_norm": 303},
-    tolerances={"float32": (2e-6, 2e-6), "float16": (1e-3, 1e-3), "bfloat16": (1.6e-2, 1e-2)},
+    # Layer 1 on the CPU against a float64 reference (tests/test_rms_norm.py): sums of up to 4096
+    # squares and one rsqrt, a few ulp. bench.gpu_check keeps its own for CUDA's three dtypes.
+    tolerances={"float32": (2e-6, 2e-6)},
     # ORT's own kernel for the decomposed graph is the SimplifiedLayerNormalization its default level
     # fuses it into.
     targets=(("extension op vs F.rms_norm", "torch_extension", ("torch_rms_norm",), 1.0),

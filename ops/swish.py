@@ -108,7 +108,10 @@ OP = TorchOp(
     extra_models={"ffn": SwishFFN},
     artifact_seeds={"swish": 101, "ffn": 202},
     artifact_attributes={"swish": {"beta": 1.702}},
-    tolerances={"float32": (1.3e-6, 1e-6), "float16": (1e-3, 1e-3), "bfloat16": (1.6e-2, 1e-2)},
+    # Layer 1 on the CPU (tests/test_swish_extension.py): atol 1e-6 as the brief asks, plus torch's
+    # default float32 rtol (1.3e-6, about 10 ulp at 1.0): two correctly rounded exps may differ by an
+    # ulp at |y| ~ 20. bench.gpu_check keeps its own for CUDA's float16 and bfloat16.
+    tolerances={"float32": (1.3e-6, 1e-6)},
     # Swish's targets (copy floors, ORT's QuickGelu and Swish-24, F.silu, the composite) need more
     # rows than the generic ones: bench.targets keeps them.
 )
