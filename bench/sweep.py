@@ -83,15 +83,6 @@ SWEEP_COLUMNS = ["entry", "row", "ort_opt_level", "opset", "threads", "shape", "
                  "processes", "runs", "p50_ms", "ci_low_ms", "ci_high_ms", "gb_per_s", "git_sha", "timestamp"]
 
 
-def regime(working_set: int, caches: dict[str, int], threads: int) -> str:
-    """Where a size's input and output live: the private L2s of the cores in use, the shared L3, or DRAM."""
-    if caches.get("L2") and working_set <= caches["L2"] * threads:
-        return "L2"
-    if caches.get("L3") and working_set <= caches["L3"]:
-        return "L3"
-    return "DRAM" if caches else "unknown"
-
-
 def sweep_specs(args, models: dict, plugin: str, opset: int) -> list[dict]:
     paths = models[("swish", opset)]
     model_of = {"ort_composite": paths["decomposed"], "ort_custom": paths["custom"], "ort_copy": paths["copy"],
@@ -106,7 +97,7 @@ def run_sweep(args, models: dict, plugin: str, facts: dict) -> tuple[list[dict],
     """The sweep's raw samples (workload "sweep", shape 1xSEQx768) and one summary row per implementation and size."""
     from lab.provenance import cpu_caches
 
-    from infer.rows import samples_of
+    from infer.rows import memory_regime, samples_of
     from .run import run_child, schedule
     from .stats import summarise
 
@@ -134,7 +125,7 @@ def run_sweep(args, models: dict, plugin: str, facts: dict) -> tuple[list[dict],
             summary = summarise(groups)
             rows.append(dict(entry=args.entry, row=spec["row"], ort_opt_level=spec["ort_opt_level"], opset=spec["opset"],
                              threads=args.threads, shape=key["shape"], elements=elements(seq),
-                             bytes_moved=bytes_moved(seq), regime=regime(bytes_moved(seq), caches, args.threads),
+                             bytes_moved=bytes_moved(seq), regime=memory_regime(bytes_moved(seq), caches, args.threads),
                              processes=summary.processes, runs=summary.runs, p50_ms=round(summary.median * 1e3, 5),
                              ci_low_ms=round(summary.ci_low * 1e3, 5), ci_high_ms=round(summary.ci_high * 1e3, 5),
                              gb_per_s=round(bytes_moved(seq) / summary.median / 1e9, 3),

@@ -15,10 +15,11 @@ COLUMNS = [
     "execution_provider", "tf32", "threads", "isa", "warmup", "runs", "processes", "p20_ms", "p50_ms", "p80_ms", "ci_low_ms",
     "ci_high_ms", "process_spread", "device_ms",
     "timing_method", "peak_mb", "memory_method",
-    "bytes_moved", "gb_per_s", "fraction_of_copy", "custom_node_share", "torch", "onnx", "onnxruntime", "cuda",
+    "bytes_moved", "regime", "gb_per_s", "fraction_of_copy", "custom_node_share", "torch", "onnx", "onnxruntime", "cuda",
     "driver", "device", "arch", "host", "git_sha", "git_dirty", "image", "extension_sha256", "plugin_sha256", "model_sha256",
     "timestamp",
 ]
+# regime: where the row's input and output fit (memory_regime): its GB/s above DRAM bandwidth is a cache's.
 # isa: the CPU path (MYOPS_CPU_ISA) bench.run --isa capped a kernel row to; empty: not capped by --isa.
 KEY = ["entry", "workload", "row", "dtype", "shape", "beta", "opset", "exporter", "ort_opt_level",
        "execution_provider", "threads", "isa"]
@@ -119,11 +120,21 @@ def kernel_ms(row: dict) -> float:
     return float(row.get("device_ms") or row["p50_ms"])
 
 
-def derive(rows: list[dict]) -> None:
+def memory_regime(working_set: int, caches: dict[str, int], threads: int = 1) -> str:
+    """Where a working set (input + output bytes) lives: the private L2s of the cores in use (a GPU's
+    one L2: threads 1), the shared L3, or DRAM; "unknown" where the caches are not known."""
+    if caches.get("L2") and working_set <= caches["L2"] * threads:
+        return "L2"
+    if caches.get("L3") and working_set <= caches["L3"]:
+        return "L3"
+    return "DRAM" if caches else "unknown"
+
+
+def derive(rows: list[dict], caches: dict[str, int] | None = None) -> None:
     """Bandwidth from the least bytes each row must move (its bytes_moved where set, as a GPU row's
     backward or float16 traffic; else its workload's float32 forward traffic) over its kernel time;
     fraction of the copy floor's bandwidth (the fastest copy of the same framework, workload, dtype
-    and opset)."""
+    and opset); with the caches of the device the rows ran on, each row's memory regime."""
     def key(r):
         return (r["workload"], r["execution_provider"], r["opset"], r.get("dtype") or "float32")
 
@@ -136,6 +147,8 @@ def derive(rows: list[dict]) -> None:
             copies[key(r)] = r
     for r in rows:
         r["bytes_moved"] = r.get("bytes_moved") or WORKLOADS[r["workload"]].bytes_moved
+        if caches is not None:
+            r["regime"] = memory_regime(int(r["bytes_moved"]), caches, int(r.get("threads") or 1))
     for r in rows:
         mine, copy = rate(r), copies.get(key(r))
         floor = rate(copy) if copy else None

@@ -211,7 +211,9 @@ def bench(args) -> int:
                   f"({time.perf_counter() - started:.0f} s)", flush=True)
             rows.append(record(entry, spec, measured, facts))
             samples += samples_of(rows[-1], [measured])
-    derive(rows)
+    from lab.provenance import cpu_caches
+
+    derive(rows, None if on_gpu else cpu_caches())  # no GPU's L2 size without torch: its regime stays unknown
     for r in rows:
         copy = "-" if r["fraction_of_copy"] is None else f"{r['fraction_of_copy']:.2f}"
         print(f"  {r['workload']:11} {r['row']:13} {r['ort_opt_level']:5} p50 {r['p50_ms']:8.3f} ms  "

@@ -9,7 +9,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from packaging.version import Version
+try:
+    from packaging.version import Version
+except ImportError:  # a GPU host with only torch and numpy (bench.gpu_check): torch vendors packaging (2.2+)
+    from torch._vendor.packaging.version import Version
 
 
 def release(version: str) -> Version:
@@ -69,6 +72,11 @@ def ort_cuda_build(version: str, index: str | None) -> Build | None:
 # The CUDA build PyPI serves for a torch release (no local label), from the wheels' pins.
 _TORCH_PYPI_CUDA = [("2.3", "12.1"), ("2.4", "12.1"), ("2.5", "12.4"), ("2.6", "12.4"), ("2.7", "12.6"),
                     ("2.8", "12.8"), ("2.9", "12.8"), ("2.10", "12.8"), ("2.11", "13.0")]
+
+
+# PyTorch's own index of CPU-only builds ('2.13.0+cpu'); PyPI has none for Linux x86-64 (source: the
+# index pages of both, and `pip download torch==2.13.0+cpu` against PyPI alone: no matching distribution).
+TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 
 
 def torch_cuda_build(version: str) -> Build | None:

@@ -1,6 +1,6 @@
 """bench.gpu_check where there is no GPU: its refusal, its nvcc builds, and its logic on the CPU.
 
-The GPU run itself (layer 1 on CUDA, the harness against the CPU kernel, the rows) needs a GPU host:
+The GPU run itself (layer 1 on CUDA, the harness against its float64 reference, the rows) needs a GPU host:
 `python -m bench.gpu_check`.
 """
 from __future__ import annotations
@@ -165,16 +165,20 @@ def test_rows_written_in_the_benchmark_format(tmp_path):
                              "timestamp": "2026-01-01T00:00:00+00:00"})
     # Per-call times that dispatch dominates (all alike); bandwidth comes from the device times.
     measured = {"p20_ms": 0.03, "p50_ms": 0.03, "p80_ms": 0.03, "peak_mb": 256.0, "memory_method": "m"}
-    rows = [gpu_check.make_row(setup, Args, "swish_large", (64, 1024, 1024), "float32", row, row, factor * 4 << 26,
+    rows = [gpu_check.make_row(setup, Args, "swish_large", (64, 2048, 768), "float32", row, row, factor * 4 * 3 << 25,
                                dict(measured, device_ms=device))
             for row, factor, device in (("torch_copy", 2, 0.1), ("torch_extension", 2, 0.125),
                                         ("torch_extension_backward", 3, 0.15))]
     from infer.rows import derive
 
-    derive(rows)  # the CPU bench's (one row format, one derivation)
+    derive(rows, {"L2": 50 << 20})  # the CPU bench's (one row format, one derivation); an H200's L2
     assert [r["fraction_of_copy"] for r in rows] == [1.0, 0.8, 1.0]
-    assert rows[1]["op"] == "swish" and rows[1]["dtype"] == "float32" and rows[1]["shape"] == "64x1024x1024"
-    assert rows[0]["gb_per_s"] == round(2 * 4 * 2**26 / 1e-4 / 1e9, 3)
+    assert rows[1]["op"] == "swish" and rows[1]["dtype"] == "float32" and rows[1]["shape"] == "64x2048x768"
+    assert rows[0]["gb_per_s"] == round(2 * 4 * 3 * 2**25 / 1e-4 / 1e9, 3)
+    assert {r["regime"] for r in rows} == {"DRAM"}  # 768 MiB in and out
+    small = [dict(rows[0], workload="swish", bytes_moved=2 * 4 * 8 * 512 * 768)]
+    derive(small, {"L2": 50 << 20})
+    assert small[0]["regime"] == "L2"  # 24 MiB: why its GB/s may exceed DRAM bandwidth
     # An existing CPU entry stays in the aggregate; a second write replaces the GPU rows, no duplicates.
     write_csv_atomic(tmp_path / "cpu" / "bench.csv", [dict(rows[0], entry="cpu", execution_provider="torch-cpu")], COLUMNS)
     targets = [{"entry": "cuda13.0", "op": "swish", "target": "t", "median_ratio": 0.5, "limit": 0.6667, "holds": True}]
@@ -209,10 +213,67 @@ def test_layer1_checks_pass_on_the_cpu_kernel(ext, monkeypatch):
     gpu_check.check_rms_norm_zero_rows("float32")
     inputs = gpu_check.plugin_inputs()
     for dtype_name, x in inputs.items():
-        y = gpu_check.cpu_kernel(x, 1.702)
+        y = gpu_check.plugin_reference(x, 1.702)
         assert y.dtype == x.dtype and y.shape == x.shape
     with pytest.raises(AssertionError, match="not close"):
         gpu_check._close_np(inputs["float32"] * 1.001, inputs["float32"], gpu_check.PLUGIN_TOL["float32"], "scaled")
+
+
+ULPS_OF_CUDA_EXPF = 2  # CUDA C++ Programming Guide, "Mathematical Functions": expf, maximum ulp error 2 (no fast math)
+
+
+def _steps(values, ulps: int):
+    """Finite positive values moved `ulps` float32 steps up (or down); 0, inf and NaN stay, as expf's
+    special cases and its overflow (inf beyond 88.72) are exact."""
+    import numpy as np
+
+    out = values.copy()
+    inexact = np.isfinite(out) & (out > 0)
+    for _ in range(abs(ulps)):
+        out[inexact] = np.nextafter(out[inexact], np.float32(np.inf if ulps > 0 else 0), dtype=np.float32)
+    return out
+
+
+def emulated_gpu_swish(x, beta: float) -> list:
+    """Every result the plugin's CUDA kernel may give, in numpy's float32: beta*x rounded, expf anywhere
+    within 2 ulp of e^-(beta x), then 1 + e and x / d each rounded (nvcc's IEEE division and adds), then
+    rounded to x's dtype as the kernel stores it."""
+    import numpy as np
+
+    x32 = np.asarray(x, dtype=np.float32)
+    scaled = np.float32(beta) * x32
+    with np.errstate(over="ignore", invalid="ignore"):
+        exact = np.exp(-scaled.astype(np.float64)).astype(np.float32)
+        return [(x32 / (np.float32(1) + _steps(exact, k))).astype(x.dtype)
+                for k in range(-ULPS_OF_CUDA_EXPF, ULPS_OF_CUDA_EXPF + 1)]
+
+
+@pytest.mark.parametrize("dtype_name", ["float32", "float16"])
+def test_plugin_reference_holds_against_the_gpus_float32_math(dtype_name):
+    """What the GPU's plugin check compares against agrees with every result CUDA's expf allows, at
+    the check's own inputs and betas: the check cannot fail on a correct kernel."""
+    x = gpu_check.plugin_inputs()[dtype_name]
+    for beta in gpu_check.PLUGIN_BETAS:
+        want = gpu_check.plugin_reference(x, beta)
+        for k, got in enumerate(emulated_gpu_swish(x, beta)):
+            gpu_check._close_np(got, want, gpu_check.PLUGIN_TOL[dtype_name],
+                                f"beta {beta}, expf {k - ULPS_OF_CUDA_EXPF:+d} ulp")
+
+
+def test_the_cpu_kernels_vector_path_would_have_failed_the_plugin_check(ext):
+    """Why the reference is not the extension's CPU kernel: on a vector path (2^t for e^-(beta x)) it
+    differs from the GPU's math by more than the tolerance, where e^-(beta x) is huge."""
+    import torch
+
+    from bench.cpu_paths import runnable
+
+    if not set(runnable()) & {"avx512", "avx2", "neon"} or os.environ.get("MYOPS_CPU_ISA") == "baseline":
+        pytest.skip("this host runs the scalar path only")
+    x = gpu_check.plugin_inputs()["float32"]
+    cpu = torch.ops.myops.swish(torch.from_numpy(x), 1.0).numpy()
+    exact_gpu = emulated_gpu_swish(x, 1.0)[ULPS_OF_CUDA_EXPF]  # expf correctly rounded
+    with pytest.raises(AssertionError, match="not close"):
+        gpu_check._close_np(exact_gpu, cpu, gpu_check.PLUGIN_TOL["float32"], "vector path")
 
 
 def test_bench_and_target_stages_run_on_the_cpu(ext, monkeypatch, host_clock_cuda):
@@ -356,7 +417,75 @@ def test_plugin_kernel_target_reads_the_harness_timing(tmp_path):
     setup = gpu_check.Setup("cuda13.0", "90", "9.0", "nvcc", "GPU", None, {"git_sha": "abc", "timestamp": "t"})
     assert gpu_check.plugin_kernel_targets(setup, None) == []
     f32, f16 = gpu_check.plugin_kernel_targets(setup, script)
-    assert f32["median_ratio"] == 1.25 and f32["holds"] is False and f16["target"].endswith("float16 64x1024x1024")
+    assert f32["median_ratio"] == 1.25 and f32["holds"] is False and f16["target"].endswith("float16 64x2048x768")
     script.write_text("#!/bin/sh\necho 'plugin_harness: cudaMalloc(in): cudaErrorMemoryAllocation' >&2\nexit 1\n")
     with pytest.raises(RuntimeError, match="cudaErrorMemoryAllocation"):
         gpu_check.plugin_kernel_targets(setup, script)
+
+
+def _closure(names: list[str]) -> set[str]:
+    """The installed distributions `names` need (their run-time requirements on this interpreter)."""
+    import re
+    from importlib.metadata import requires
+
+    from packaging.markers import Marker
+
+    found, todo = set(), list(names)
+    while todo:
+        name = re.sub(r"[-_.]+", "-", todo.pop()).lower()
+        if name in found:
+            continue
+        found.add(name)
+        for requirement in requires(name) or []:
+            spec, _, marker = requirement.partition(";")
+            if marker and not Marker(marker).evaluate({"extra": ""}):
+                continue
+            todo.append(re.match(r"[A-Za-z0-9_.-]+", spec.strip())[0])
+    return found
+
+
+@pytest.fixture(scope="module")
+def torch_numpy_python(tmp_path_factory) -> Path:
+    """A venv holding torch, numpy and what they require, nothing else (no packaging, no PyYAML, no
+    onnxruntime): the GPU host the README promises is enough. The installed files are linked in."""
+    from importlib.metadata import distribution
+
+    venv = tmp_path_factory.mktemp("torch-numpy") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    site = venv / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
+    for name in sorted(_closure(["torch", "numpy"])):
+        dist = distribution(name)
+        tops = {Path(str(f)).parts[0] for f in dist.files or [] if not str(f).startswith("..")}
+        for top in tops - {"__pycache__"}:
+            if not top.endswith(".pth") and not (site / top).exists():
+                (site / top).symlink_to(Path(dist.locate_file(top)))
+    return venv / "bin" / "python"
+
+
+def test_a_torch_and_numpy_host_is_enough(torch_numpy_python, tmp_path):
+    """gpu_check's preflight facts and every module its stages import, in that venv; then its no-GPU exit."""
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "CUDA_VISIBLE_DEVICES": ""}
+    script = (
+        "import importlib.util, sys, torch\n"
+        "assert importlib.util.find_spec('packaging') is None and importlib.util.find_spec('yaml') is None\n"
+        "from bench import gpu_check\n"
+        "entry, _ = gpu_check.choose_entry(None, '13.0', gpu_check.matrix_entries())\n"
+        "from lab import compat, provenance\n"
+        "compat.extension_cxx_standard(torch.__version__, '13.0')\n"
+        "provenance.collect()\n"
+        # what the build, layer 1, bench, targets and write stages import (the plugin-through-ORT check
+        # imports onnxruntime first and is a SKIP without it)
+        "for name in ('ops', 'ops.build', 'ops.registry', 'ops.rms_norm', 'infer.rows', 'infer.workloads',\n"
+        "             'bench.torch_rows', 'bench.cuda_timing', 'bench.targets', 'bench.report', 'lab.files'):\n"
+        "    importlib.import_module(name)\n"
+        "print(entry, gpu_check.WORKLOADS)\n"
+    )
+    done = subprocess.run([str(torch_numpy_python), "-c", script], capture_output=True, text=True, cwd=REPO, env=env,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.startswith("cuda13.0 ") and "('swish_large', (64, 2048, 768))" in done.stdout
+    out = tmp_path / "results"
+    done = subprocess.run([str(torch_numpy_python), "-m", "bench.gpu_check", "--out", str(out)], capture_output=True,
+                          text=True, cwd=REPO, env=env, timeout=300)
+    assert done.returncode == 2 and done.stderr.startswith("error: no CUDA device: run this on a GPU host"), done.stderr
+    assert "Traceback" not in done.stderr and not out.exists()

@@ -43,7 +43,7 @@ def test_report_lays_out_torch_only_gpu_rows_per_dtype(tmp_path):
     from bench.run import COLUMNS as BENCH_COLUMNS
     from lab.files import write_csv_atomic
 
-    common = {"entry": "cuda13.0", "workload": "swish_large", "shape": "64x1024x1024", "beta": "1.0",
+    common = {"entry": "cuda13.0", "workload": "swish_large", "shape": "64x2048x768", "beta": "1.0",
               "execution_provider": "torch-cuda", "warmup": 10, "runs": 100, "memory_method": "max_memory_allocated",
               "torch": "2.14.1", "cuda": "13.0", "driver": "580", "device": "GPU", "git_sha": "0" * 40,
               "git_dirty": "False", "timestamp": "t"}
@@ -55,7 +55,7 @@ def test_report_lays_out_torch_only_gpu_rows_per_dtype(tmp_path):
     write_csv_atomic(tmp_path / "cuda13.0" / "bench.csv", rows, BENCH_COLUMNS)
     assert report(["--results", str(tmp_path)]) == 0
     text = (tmp_path / "cuda13.0" / "summary.md").read_text()
-    assert "## activation alone, large tensor, 64x1024x1024, float32" in text and ", float16, beta" in text
+    assert "## activation alone, large tensor, 64x2048x768, float32" in text and ", float16, beta" in text
     assert "| PyTorch custom C++ extension | 1.100 " in text and "| 0.37x |" in text  # vs the composite
     assert "| PyTorch custom C++ extension, backward | 1.500 " in text and "| 0.25x |" in text  # vs its autograd
     assert "CUDA events" in text

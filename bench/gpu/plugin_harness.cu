@@ -2,7 +2,7 @@
 // onnxruntime-gpu: the same call ort_plugin/src/cuda/swish_op.cc makes (swish::cuda::forward on a
 // device buffer and a non-default stream, float32 or float16), compiled from the same
 // kernels/swish_cuda.cu with the plugin's flags. bench/gpu_check.py builds it, runs it and compares
-// its output with the CPU kernel.
+// its output with a float64 reference (plugin_reference).
 //
 //   plugin_harness f32|f16 OFFSET IN OUT BETA [BETA ...]
 //   plugin_harness time f32|f16 N REPS
