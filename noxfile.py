@@ -55,11 +55,42 @@ def _install(session: nox.Session, entry: dict) -> None:
     """The entry's pinned frameworks plus the shared tooling, into this session's virtualenv."""
     session.log(f"installing matrix entry '{entry['id']}' on this host's Python {sys.version.split()[0]} "
                 f"(its images use {entry['python']}): {', '.join(matrix.pip_pins(entry))}")
-    session.install(*matrix.pip_pins(entry), "-r", str(TOOLS))
+    pins = matrix.pip_pins(entry)
+    if entry["torch"]["index"]:
+        _install_torch(session, entry, pins.pop(0))
+    session.install(*pins, "-r", str(TOOLS))
     session.env["MYOPS_MATRIX_ENTRY"] = entry["id"]
     # A CPU entry builds CPU kernels only, also where pip's torch is a CUDA build and nvcc is absent.
     session.env["MYOPS_NO_CUDA"] = "1"
     session.run("python", "-m", "lab.provenance")
+
+
+def _install_torch(session: nox.Session, entry: dict, pin: str) -> None:
+    """torch from the entry's own index (the cpu entry: PyTorch's CPU builds; PyPI has CUDA builds only),
+    asked alone. Where that index cannot be reached, pip's own configuration is asked for the same build
+    (the lock's version, local label included), and only then for the plain version, said loudly."""
+    import subprocess
+
+    from lab import wheels
+
+    index = entry["torch"]["index"]
+    exact = f"torch=={wheels.locked_version(entry, 'train', 'torch') or pin.split('==', 1)[1]}"
+    python = str(Path(session.bin) / "python")
+    attempts = ((f"{exact} from {index} alone", ["--index-url", index, exact], True),
+                (f"{exact} from pip's own configuration", [exact], False))
+    for what, args, dedicated in attempts:
+        session.log(f"installing {what}")
+        done = subprocess.run([python, "-m", "pip", "install", "--quiet", *args], capture_output=True, text=True,
+                              env=wheels._pip_env(dedicated))
+        if done.returncode == 0:
+            return
+        reason = "the index cannot be reached from here" if wheels.unreachable(done.stderr) else \
+            next((line for line in reversed(done.stderr.splitlines()) if line.startswith("ERROR")), "failed")
+        session.warn(f"{what}: {reason}")
+    session.warn(f"neither {index} nor pip's configuration serves {exact} for this Python: installing {pin} from "
+                 "pip's configuration, which on PyPI is a CUDA build of a few GB (the extension is still built for "
+                 "the CPU only); to avoid it, reach that index or put the CPU build's wheel in a PIP_FIND_LINKS folder")
+    session.install(pin)
 
 
 def _build(session: nox.Session, *, cuda: str = "AUTO") -> None:
@@ -82,6 +113,14 @@ def list(session: nox.Session) -> None:  # noqa: A001 - the session is called `l
     except matrix.MatrixError as exc:
         session.error(str(exc))
     session.run(sys.executable, "-m", "lab.matrix", external=True)
+
+
+@nox.session(venv_backend="none")
+def lock(session: nox.Session) -> None:
+    """Resolve an entry's image locks anew from its indexes and rewrite docker/locks/<entry>-*.txt: `nox -s lock -- ENTRY`."""
+    if len(session.posargs) != 1 or session.posargs[0].startswith("-"):
+        session.error("give one matrix entry: nox -s lock -- ENTRY (nox -s list shows them)")
+    session.run(sys.executable, "-m", "lab.wheels", "lock", session.posargs[0], external=True)
 
 
 def _base_overrides(session: nox.Session, values: list[str]) -> dict:

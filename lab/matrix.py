@@ -41,7 +41,21 @@ def _semantic_problems(entries: dict) -> list[str]:
         problems += _version_problems(name, entry)
         if entry["device"] == "cuda" and all(k in entry for k in ("cuda", "cudnn", "toolkit")):
             problems += _cuda_problems(name, entry)
+        if entry["device"] == "cpu":
+            problems += _cpu_torch_problems(name, entry)
     return problems
+
+
+def _cpu_torch_problems(name: str, entry: dict) -> list[str]:
+    """A CPU entry's torch must be a CPU build: from PyPI, x86-64 torch is a CUDA build (lab.compat)."""
+    torch_v, index = entry["torch"]["version"], entry["torch"]["index"]
+    build = compat.torch_cuda_build(torch_v)
+    if index is None and build is not None:
+        return [_problem(name, "torch.index", f"torch {torch_v} from PyPI is a CUDA {build.cuda} build (several GB with "
+                         f"its NVIDIA wheels) for a CPU entry: set torch.index to {compat.TORCH_CPU_INDEX}")]
+    if build is not None and compat.local_cuda(torch_v):
+        return [_problem(name, "torch.version", f"torch {torch_v} is a CUDA build: pin a CPU build for a CPU entry")]
+    return []
 
 
 def _shape_problems(name: str, entry: dict) -> list[str]:

@@ -125,13 +125,21 @@ def wheelhouse_dir(entry: dict, plat: platforms.Platform = platforms.PRIMARY) ->
 
 # ---------------------------------------------------------------- pip
 
+# What makes pip ask a dedicated index alone: no pip.conf, no extra index, no find-links, no no-index
+# (None: the variable is removed).
+DEDICATED_ENV = {"PIP_CONFIG_FILE": os.devnull, "PIP_INDEX_URL": None, "PIP_EXTRA_INDEX_URL": None,
+                 "PIP_FIND_LINKS": None, "PIP_NO_INDEX": None}
+LOCK_COMMAND = "nox -s lock -- {entry}"
+
+
 def _pip_env(dedicated: bool) -> dict:
     env = dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1")
     if dedicated:
         # A dedicated index alone: no pip.conf extra indexes or find-links can offer another build.
-        env["PIP_CONFIG_FILE"] = os.devnull
-        for key in ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_NO_INDEX"):
+        for key, value in DEDICATED_ENV.items():
             env.pop(key, None)
+            if value is not None:
+                env[key] = value
     return env
 
 
@@ -155,6 +163,13 @@ def _run_pip(cmd: list[str], *, dedicated: bool, what: str, log) -> None:
         raise WheelError(f"{what}: pip download failed: {' | '.join(lines[-4:])}")
 
 
+def unreachable(pip_stderr: str) -> bool:
+    """pip's output says an index did not answer (pip calls that "no matching distribution" too)."""
+    signs = ("NewConnectionError", "Name or service not known", "Could not fetch URL", "ConnectTimeout",
+             "ProxyError", "SSLError")
+    return any(sign in pip_stderr for sign in signs)
+
+
 def available_versions(package: str, tgt: Target, index: str | None = None) -> list[str] | None:
     """Versions of `package` the index serves for the target (None when the index does not answer)."""
     cmd = [sys.executable, "-m", "pip", "index", "versions", package, "--retries", "1", "--timeout", "20",
@@ -165,9 +180,7 @@ def available_versions(package: str, tgt: Target, index: str | None = None) -> l
     match = re.search(r"Available versions: (.*)", result.stdout)
     if result.returncode == 0 and match:
         return [v.strip() for v in match[1].split(",")]
-    unreachable = ("NewConnectionError", "Name or service not known", "Could not fetch URL", "ConnectTimeout",
-                   "ProxyError", "SSLError")
-    if any(sign in result.stderr for sign in unreachable):
+    if unreachable(result.stderr):
         return None
     return [] if "No matching distribution" in result.stderr else None
 
@@ -311,26 +324,74 @@ def resolve(entry: dict, kind: str, house: Path, *, plat: platforms.Platform = p
     return lock
 
 
+@dataclass(frozen=True)
+class FetchStep:
+    """One pip download of a lock's files: from `index` alone (a dedicated index; None: pip's own
+    configuration), and, for a dedicated index that cannot serve them here, the same files by hash
+    from pip's configuration (a local mirror of that index)."""
+    index: str | None
+    names: tuple[str, ...]
+    command: list[str]
+    fallback: list[str] | None
+
+
+def fetch_steps(lock: Path, house: Path, entry: dict, requirements_file: Path,
+                plat: platforms.Platform = platforms.PRIMARY, pinned: list[Locked] | None = None) -> list[FetchStep]:
+    """The exact commands `fetch` runs, one per index; `requirements_file` gets each step's pins (with
+    hashes) before its command runs, as fetch writes it."""
+    pinned = read_lock(lock)[1] if pinned is None else pinned
+    tgt = target(entry, plat)
+    steps = []
+    for index in sorted({p.index for p in pinned}, key=lambda i: i or ""):
+        group = tuple(f"{p.name}=={p.version}" for p in pinned if p.index == index)
+        exact = ["-r", str(requirements_file)]
+        command = download_command(exact, house, tgt, index=index, extra=["--no-deps", "--require-hashes"])
+        fallback = download_command(exact, house, tgt, extra=["--no-deps", "--require-hashes"]) if index else None
+        steps.append(FetchStep(index, group, command, fallback))
+    return steps
+
+
 def fetch(lock: Path, house: Path, entry: dict, *, plat: platforms.Platform = platforms.PRIMARY, log=print) -> None:
-    """Exactly the locked files into `house`, each from the index it was resolved from, hashes checked."""
+    """Exactly the locked files into `house`, each from the index it was resolved from, hashes checked.
+
+    A dedicated index that cannot serve its files here (this machine cannot reach the PyTorch index)
+    is stood in for by pip's own configuration, which may hold a mirror: any file it serves is taken
+    only if it has the lock's sha256 (--require-hashes)."""
     _, pinned = read_lock(lock)
     missing = [p for p in pinned if not _have(house, p)]
     if not missing:
         return
-    tgt = target(entry, plat)
-    for index in sorted({p.index for p in missing}, key=lambda i: i or ""):
-        group = [p for p in missing if p.index == index]
-        with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as req_file:
-            req_file.write("".join(f"{p.name}=={p.version} --hash=sha256:{p.sha256}\n" for p in group))
-        try:
-            _run_pip(download_command(["-r", req_file.name], house, tgt, index=index,
-                                      extra=["--no-deps", "--require-hashes"]),
-                     dedicated=bool(index), what=f"{lock.name} ({index or 'the configured index'})", log=log)
-        except WheelError as exc:
-            raise WheelError(f"{exc}. The lock {shown(lock)} pins files that cannot be fetched from here: "
-                             f"bring them into {house} by hand, or delete the lock to resolve the entry anew") from None
-        finally:
-            os.unlink(req_file.name)
+    house.mkdir(parents=True, exist_ok=True)
+    redo = f"re-resolve the entry with `{LOCK_COMMAND.format(entry=entry['id'])}` where its indexes answer " \
+           f"(it rewrites {shown(lock)} and says so), then commit the lock"
+    with tempfile.TemporaryDirectory(prefix=".fetch-", dir=house.parent) as tmp:
+        req_file = Path(tmp) / "pinned.txt"
+        for step in fetch_steps(lock, house, entry, req_file, plat, missing):
+            group = [p for p in missing if p.index == step.index]
+            req_file.write_text("".join(f"{p.name}=={p.version} --hash=sha256:{p.sha256}\n" for p in group))
+            where = step.index or "the configured index"
+            try:
+                _run_pip(step.command, dedicated=bool(step.index), what=f"{lock.name} ({where})", log=log)
+                continue
+            except WheelError as exc:
+                if step.fallback is None:
+                    raise WheelError(f"{exc}. {shown(lock)} pins files that cannot be fetched from here: {redo}") from None
+                log(f"[wheels] {step.index} cannot serve {', '.join(step.names)} here; asking pip's configured "
+                    "indexes for the same files, accepted only by the lock's sha256")
+            try:
+                _run_pip(step.fallback, dedicated=False, what=f"{lock.name} (pip's configured indexes, by hash)", log=log)
+            except WheelError as exc:
+                raise WheelError(f"{shown(lock)} pins {', '.join(step.names)} from {step.index}, which cannot serve "
+                                 f"them from here, and pip's configured indexes hold no file with the locked sha256 "
+                                 f"({exc}): {redo}") from None
+
+
+def locked_version(entry: dict, kind: str, name: str) -> str | None:
+    """The version a committed lock pins for `name` ('2.13.0+cpu'), local label included; None without one."""
+    lock = lock_path(entry, kind)
+    if not lock.exists():
+        return None
+    return next((p.version for p in read_lock(lock)[1] if p.name == name), None)
 
 
 def _have(house: Path, pinned: Locked) -> bool:
@@ -377,8 +438,8 @@ def wheelhouse(entry: dict, *, kinds=("train", "infer"), plat: platforms.Platfor
         if lock.exists():
             stale = lock_staleness(entry, kind, lock, plat)
             if stale:
-                raise WheelError(f"{shown(lock)} {stale}: delete the lock so the entry is resolved again, and "
-                                 "commit the new one")
+                raise WheelError(f"{shown(lock)} {stale}: re-resolve it with "
+                                 f"`{LOCK_COMMAND.format(entry=entry['id'])}`, and commit the new lock")
             fetch(lock, house, entry, plat=plat, log=log)
         else:
             resolve(entry, kind, house, plat=plat, log=log)
@@ -453,3 +514,42 @@ def verify_onnxscript_api(entry: dict, wheels_found: list[Path], *, log=print) -
                          f"imports {module}, which onnxscript {entry['onnxscript']} does not have: pin an onnxscript "
                          f"that does, or drop 'dynamo' from exporters")
     log(f"[wheels] onnxscript {entry['onnxscript']} has {module}, which torch {entry['torch']['version']} imports")
+
+
+# ---------------------------------------------------------------- `nox -s lock -- ENTRY`
+
+def relock(entry_id: str, *, log=print) -> list[Path]:
+    """Resolve an entry's image locks anew (train, then infer for each of its platforms, then the infer
+    image's other architectures) and rewrite them; the old lock stays until its new one is complete."""
+    from . import matrix
+
+    entry = matrix.entry(entry_id)
+    written = []
+    for plat in platforms.infer_platforms(entry):
+        for kind in ("train", "infer") if plat == platforms.PRIMARY else ("infer",):
+            lock = resolve(entry, kind, wheelhouse_dir(entry, plat), plat=plat, log=log)
+            log(f"[wheels] rewrote {shown(lock)}: review and commit it")
+            written.append(lock)
+    return written
+
+
+def main(argv: list[str]) -> int:
+    import argparse
+
+    from . import matrix
+
+    parser = argparse.ArgumentParser(prog="python -m lab.wheels", description="Resolve an entry's image locks anew.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("lock", help="resolve the entry from its indexes and rewrite docker/locks/<entry>-*.txt").add_argument(
+        "entry", help="a matrix entry id (nox -s list)")
+    args = parser.parse_args(argv)
+    try:
+        relock(args.entry)
+    except (WheelError, matrix.MatrixError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

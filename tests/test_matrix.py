@@ -95,6 +95,12 @@ PLANTED = {
     "arm64-old-ort": ("cpu", {"onnxruntime.version": "1.9.0"},
                       "field 'infer_platforms': arm64: onnxruntime 1.9.0 has no Linux aarch64 wheel (they start at 1.10)"),
     "arm64-first": ("cpu", {"infer_platforms": ["arm64", "amd64"]}, "field 'infer_platforms': amd64 comes first"),
+    # the pin this entry used to have: PyPI's torch 2.13.0 for x86-64 is a CUDA build
+    "cpu-torch-from-pypi": ("cpu", {"torch": {"version": "2.13.0", "index": None}},
+                            "entry 'cpu', field 'torch.index': torch 2.13.0 from PyPI is a CUDA 13.0 build (several GB "
+                            "with its NVIDIA wheels) for a CPU entry: set torch.index to https://download.pytorch.org/whl/cpu"),
+    "cpu-torch-cuda-build": ("cpu", {"torch": {"version": "2.3.1+cu118", "index": "https://download.pytorch.org/whl/cu118"}},
+                             "entry 'cpu', field 'torch.version': torch 2.3.1+cu118 is a CUDA build"),
 }
 
 

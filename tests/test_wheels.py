@@ -139,7 +139,7 @@ def test_a_stale_lock_is_refused_with_what_to_do(tmp_path, monkeypatch):
     lock = tmp_path / "cpu-train.txt"
     lock.write_text(wheels.lock_path(entry, "train").read_text().replace("numpy==2.4.6 ", "numpy==2.4.5 ", 1))
     monkeypatch.setattr(wheels, "LOCKS", tmp_path)
-    with pytest.raises(wheels.WheelError, match="delete the lock so the entry is resolved again"):
+    with pytest.raises(wheels.WheelError, match=r"re-resolve it with `nox -s lock -- cpu`"):
         wheels.wheelhouse(entry, kinds=("train",), log=lambda m: None)
 
 
@@ -183,3 +183,146 @@ def test_torch_and_onnxscript_must_agree_on_the_exporter_api(tmp_path):
                  {"onnxscript/_framework_apis/torch_2_11.py": ""})
     wheels.verify_onnxscript_api(entry, [torch_wheel, new], log=lambda m: None)
     wheels.verify_onnxscript_api(dict(entry, exporters=["torchscript"]), [torch_wheel, old], log=lambda m: None)
+
+
+# ---------------------------------------------------------------- a user's machine: public indexes only
+
+USER_MACHINE = {"PIP_CONFIG_FILE": "/dev/null", "PIP_INDEX_URL": None, "PIP_EXTRA_INDEX_URL": None,
+                "PIP_FIND_LINKS": None, "PIP_NO_INDEX": None, "PIP_CONSTRAINT": None}
+
+
+def _as_on_a_users_machine(monkeypatch):
+    """This machine's pip configuration (a local wheel folder, local indexes) out of the way."""
+    for key, value in USER_MACHINE.items():
+        if value is None:
+            monkeypatch.delenv(key, raising=False)
+        else:
+            monkeypatch.setenv(key, value)
+
+
+def test_the_cpu_torch_is_asked_of_the_cpu_index_alone(tmp_path, monkeypatch):
+    """The exact commands a fetch of the cpu train lock runs: torch from PyTorch's CPU index alone (no
+    pip configuration can offer PyPI's CUDA build), its mirror fallback by hash only, the rest from pip's
+    own configuration (on a user's machine: PyPI)."""
+    _as_on_a_users_machine(monkeypatch)
+    entry = matrix.entry("cpu")
+    assert entry["torch"]["index"] == compat.TORCH_CPU_INDEX
+    lock, pins = wheels.lock_path(entry, "train"), tmp_path / "pinned.txt"
+    steps = wheels.fetch_steps(lock, tmp_path, entry, pins)
+    assert [s.index for s in steps] == [None, compat.TORCH_CPU_INDEX]
+    rest, torch_step = steps
+    assert torch_step.names == ("torch==2.13.0+cpu",) and "torch==2.13.0+cpu" not in rest.names
+    target = wheels.target(entry).pip_args()
+    assert torch_step.command == [sys.executable, "-m", "pip", "download", "--quiet", "--dest", str(tmp_path), *target,
+                                  "--index-url", compat.TORCH_CPU_INDEX, "--no-deps", "--require-hashes", "-r", str(pins)]
+    assert torch_step.fallback == [sys.executable, "-m", "pip", "download", "--quiet", "--dest", str(tmp_path), *target,
+                                   "--no-deps", "--require-hashes", "-r", str(pins)]
+    assert rest.command == torch_step.fallback and rest.fallback is None
+    dedicated = wheels._pip_env(dedicated=True)
+    assert dedicated["PIP_CONFIG_FILE"] == "/dev/null" and not {"PIP_FIND_LINKS", "PIP_INDEX_URL",
+                                                                "PIP_EXTRA_INDEX_URL", "PIP_NO_INDEX"} & set(dedicated)
+
+
+def _locks() -> list[tuple[str, str, object]]:
+    from lab import platforms
+
+    found = []
+    for name in matrix.load()["entries"]:
+        entry = matrix.entry(name)
+        for plat in platforms.infer_platforms(entry):
+            for kind in ("train", "infer") if plat == platforms.PRIMARY else ("infer",):
+                if wheels.lock_path(entry, kind, plat).exists():
+                    found.append((name, kind, plat))
+    return found
+
+
+def _public_hashes(specs: list[str], tgt: wheels.Target, index: str | None, tmp_path) -> dict[str, str] | None:
+    """{name: sha256} of the files pip picks for these pins with no configuration at all (index: that
+    index alone, else pip's default, PyPI), from the index's own listing (no wheel is downloaded).
+    None when that index does not answer here."""
+    import json
+    import os
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+    env["PIP_CONFIG_FILE"] = os.devnull
+    report = tmp_path / "report.json"
+    cmd = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--no-deps", "--quiet",
+           "--disable-pip-version-check", "--target", str(tmp_path / "unused"), "--report", str(report),
+           *tgt.pip_args(), *(["--index-url", index] if index else []), *specs]
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
+    if done.returncode != 0:
+        if wheels.unreachable(done.stderr):
+            return None
+        raise AssertionError(f"not on {index or 'PyPI'}: {done.stderr.strip()[-800:]}")
+    items = json.loads(report.read_text())["install"]
+    return {wheels.wheel_name_version(i["download_info"]["url"].rsplit("/", 1)[1])[0]:
+            i["download_info"].get("archive_info", {}).get("hashes", {}).get("sha256") for i in items}
+
+
+@pytest.mark.parametrize("name,kind,plat", _locks(), ids=lambda v: getattr(v, "docker", v))
+def test_every_locked_file_is_served_by_a_public_index(name, kind, plat, tmp_path, in_ci):
+    """What only this machine's pip configuration serves (its local wheel folder held torch 2.13.0+cpu,
+    which PyPI does not have) must never be in a lock: each pinned file, by its sha256, from the index
+    its lock names with no pip configuration (a dedicated index alone; else PyPI)."""
+    entry = matrix.entry(name)
+    _, pinned = wheels.read_lock(wheels.lock_path(entry, kind, plat))
+    tgt = wheels.target(entry, plat)
+    unanswered = []
+    for n, index in enumerate(sorted({p.index for p in pinned}, key=lambda i: i or "")):
+        group = [p for p in pinned if p.index == index]
+        (tmp_path / str(n)).mkdir()
+        served = _public_hashes([f"{p.name}=={p.version}" for p in group], tgt, index, tmp_path / str(n))
+        if served is None:
+            if index is None and in_ci:
+                pytest.fail("PyPI does not answer from CI")
+            unanswered.append(index or "PyPI")
+            continue
+        wrong = [f"{p.name}=={p.version}" for p in group if served.get(p.name) != p.sha256]
+        assert not wrong, f"{name} {kind}: {wrong} are not the files {index or 'PyPI'} serves (re-resolve: nox -s lock -- {name})"
+    if unanswered:
+        pytest.skip(f"{', '.join(unanswered)} cannot be reached from here: those files were not checked")
+
+
+def test_the_cuda13_toolkit_wheels_are_served_by_pypi(tmp_path, in_ci):
+    entry = matrix.entry("cuda13.0")
+    _, pinned = wheels.read_lock(toolkit.lock_path(entry))
+    served = _public_hashes([f"{p.name}=={p.version}" for p in pinned], wheels.target(entry), None, tmp_path)
+    if served is None:
+        if in_ci:
+            pytest.fail("PyPI does not answer from CI")
+        pytest.skip("PyPI cannot be reached from here")
+    assert [p.name for p in pinned if served.get(p.name) != p.sha256] == []
+
+
+def _torch_only_lock(tmp_path, digest: str | None = None):
+    entry = matrix.entry("cpu")
+    lines = wheels.lock_path(entry, "train").read_text().splitlines()
+    torch_line = next(line for line in lines if line.startswith("torch=="))
+    if digest:
+        torch_line = torch_line.replace(torch_line.split("sha256:")[1][:64], digest)
+    lock = tmp_path / "cpu-train.txt"
+    lock.write_text("\n".join(lines[:3] + [torch_line]) + "\n")
+    return entry, lock
+
+
+def test_an_unreachable_index_is_stood_in_for_only_by_the_locked_hash(tmp_path):
+    """The CPU index does not answer here; pip's configuration (a local wheel folder) serves a file of
+    the same name, taken only because its sha256 is the lock's. Where the index answers (a user's
+    machine), the file comes from it and the fallback never runs."""
+    entry, lock = _torch_only_lock(tmp_path)
+    said = []
+    wheels.fetch(lock, tmp_path / "house", entry, log=said.append)
+    (wheel,) = (tmp_path / "house").glob("torch-2.13.0+cpu-*.whl")
+    assert wheels.sha256(wheel) == wheels.read_lock(lock)[1][0].sha256
+    if any("cannot serve" in line for line in said):
+        assert "accepted only by the lock's sha256" in said[-2] + said[-1], said
+
+
+def test_a_file_no_index_serves_by_its_hash_says_how_to_relock(tmp_path):
+    entry, lock = _torch_only_lock(tmp_path, "0" * 64)
+    with pytest.raises(wheels.WheelError) as info:
+        wheels.fetch(lock, tmp_path / "house", entry, log=lambda m: None)
+    message = str(info.value)
+    assert "pins torch==2.13.0+cpu from https://download.pytorch.org/whl/cpu" in message or "cannot be fetched" in message
+    assert "re-resolve the entry with `nox -s lock -- cpu`" in message and "rewrites" in message, message
+    assert not list((tmp_path / "house").glob("*.whl")), "nothing half-fetched is left behind"
