@@ -1,8 +1,9 @@
 """The lab's main job: `python -m bench.run` (what `nox -s bench` runs).
 
-Exports the models and measures every row in interleaved rounds: each round runs every row once,
-each in a fresh process, starting at a rotated position, so that drift of the machine during the
-run hits every row alike. A row's figure is the median over all its processes' runs, with a 95%
+Exports the models and measures every row in interleaved rounds: each round runs every row once in
+fresh processes, starting at a rotated position, so that drift of the machine during the run hits
+every row alike (round 1: a process per row, which measures its memory; later rounds: one process
+per workload and framework, rows one after another). A row's figure is the median over all its processes' runs, with a 95%
 interval from a bootstrap over processes and runs (bench.stats). Then the size sweep (bench.sweep)
 and the paired target ratios (bench.targets). Writes results/<entry>/bench.csv (upserted), the raw
 timings in samples.csv, sweep.csv, targets.csv, the aggregate results/bench_all.csv and the charts
@@ -83,21 +84,28 @@ def export_models(args, opsets: list[int], out: Path) -> dict:
     return models
 
 
-def run_child(module: str, spec: dict) -> dict:
+def run_child(module: str, spec) -> dict | list[dict]:
+    """One fresh process of `module` on a row spec (its result) or a list of specs of one CPU path (their results)."""
+    first = spec[0] if isinstance(spec, list) else spec
     env = timing_child_env(REPO)
-    if spec.get("isa"):  # kernels/cpu_isa.h reads the cap once, when a library loads
-        env["MYOPS_CPU_ISA"] = spec["isa"]
+    if first.get("isa"):  # kernels/cpu_isa.h reads the cap once, when a library loads
+        env["MYOPS_CPU_ISA"] = first["isa"]
     result = subprocess.run([sys.executable, "-m", module, json.dumps(spec)], capture_output=True, text=True,
                             timeout=ROW_TIMEOUT_S, env=env, cwd=REPO)
     if result.returncode != 0:
         tail = "\n".join(result.stderr.strip().splitlines()[-15:])
-        raise RuntimeError(f"row {spec['row']} ({spec.get('workload', 'sweep')}, opset {spec.get('opset', '-')}) "
+        rows = ", ".join(sorted({s["row"] for s in (spec if isinstance(spec, list) else [spec])}))
+        raise RuntimeError(f"row {rows} ({first.get('workload', 'sweep')}, opset {first.get('opset', '-')}) "
                            f"failed:\n{tail}")
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+def row_module(spec: dict) -> str:
+    return "bench.torch_rows" if spec["row"] in TORCH_ROWS else "infer.measure"
+
+
 def run_row(spec: dict) -> dict:
-    return run_child("bench.torch_rows" if spec["row"] in TORCH_ROWS else "infer.measure", spec)
+    return run_child(row_module(spec), spec)
 
 
 def rotation(count: int, rounds: int, round_index: int) -> list[int]:
@@ -116,17 +124,48 @@ def schedule(specs: list[dict], rounds: int) -> list[tuple[int, int]]:
     return [(r, i) for r in range(rounds) for i in rotation(len(specs), rounds, r) if r < specs[i].get("rounds", rounds)]
 
 
+def shared_processes(specs: list[dict], order: list[int]) -> list[list[int]]:
+    """The processes of a later round: the rows of one workload, framework (torch or onnxruntime: ORT
+    rows never share a process with torch) and CPU path together, each group in the round's order."""
+    groups: dict[tuple, list[int]] = {}
+    for i in order:
+        groups.setdefault((specs[i]["workload"], row_module(specs[i]), specs[i].get("isa") or ""), []).append(i)
+    return list(groups.values())
+
+
 def measure_rounds(specs: list[dict], rounds: int, label, log=print) -> list[list[dict]]:
-    """Each spec measured `rounds` times (fewer where it says so), each time in a fresh process, in rotated order."""
+    """Each spec measured `rounds` times (fewer where it says so), each time in another fresh process.
+
+    Round 1 gives every row a process of its own, where its peak memory is measured. In later rounds the
+    rows of one workload and framework share a process, one after another in rotated order: a process
+    start (1-3 s, importing torch) then costs once per group instead of once per row. Each row still has
+    one process per round, the unit bench.stats and bench.compare take the spread over."""
     measured: list[list[dict]] = [[] for _ in specs]
     order = schedule(specs, rounds)
-    for done, (round_index, i) in enumerate(order, 1):
-        log(f"[bench {done:3}/{len(order)} round {round_index + 1}/{rounds}] {label(specs[i])} ...", end=" ", flush=True)
+    first = [i for r, i in order if r == 0]
+    later = [[i for r, i in order if r == k] for k in range(1, rounds)]
+    total = len(first) + sum(len(shared_processes(specs, o)) for o in later)
+    done = 0
+    for i in first:
+        done += 1
+        log(f"[bench {done:3}/{total} round 1/{rounds}] {label(specs[i])} ...", end=" ", flush=True)
         started = time.perf_counter()
-        # Peak memory is the same in every round: measured in the first only (a process of its own).
-        result = run_row(dict(specs[i], no_memory=round_index > 0))
+        result = run_row(specs[i])
         log(f"p50 {result['p50_ms']:.3f} ms ({time.perf_counter() - started:.0f} s)", flush=True)
         measured[i].append(result)
+    for k, round_order in enumerate(later, 2):
+        for group in shared_processes(specs, round_order):
+            done += 1
+            head = specs[group[0]]
+            framework = "PyTorch" if row_module(head) == "bench.torch_rows" else "ONNX Runtime"
+            log(f"[bench {done:3}/{total} round {k}/{rounds}] {head['workload']:13} {len(group):2} {framework} rows"
+                + (f" isa {head['isa']}" if head.get("isa") else "") + " in one process ...", end=" ", flush=True)
+            started = time.perf_counter()
+            # Peak memory is the same in every round: measured in the first only.
+            results = run_child(row_module(head), [dict(specs[i], no_memory=True) for i in group])
+            log(f"({time.perf_counter() - started:.0f} s)", flush=True)
+            for i, result in zip(group, results):
+                measured[i].append(result)
     return measured
 
 
@@ -212,7 +251,8 @@ def main(argv: list[str] | None = None) -> int:
                 level = spec.get("ort_opt_level") or "torch"
                 spec["profile_prefix"] = str(trace_dir / (f"{spec['workload']}-{spec['row']}-{level}-opset{spec.get('opset', '-')}"
                                                           + (f"-{spec['isa']}" if spec.get("isa") else "")))
-        print(f"[bench] {len(specs)} rows x {args.rounds} rounds, each in a fresh process", flush=True)
+        print(f"[bench] {len(specs)} rows x {args.rounds} rounds: round 1 a fresh process per row, later rounds one "
+              "per workload and framework", flush=True)
         measured = measure_rounds(
             specs, args.rounds,
             lambda s: f"{s['workload']:13} {s['row']:15} {s.get('ort_opt_level', ''):5} opset {s.get('opset', '-')}"
@@ -221,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
         for spec, results in zip(specs, measured):
             rows.append(record(args.entry, spec, combine(results), facts))
             samples += samples_of(rows[-1], results)
-        derive(rows)
+        derive(rows, provenance.cpu_caches())
         print(f"[bench] rows measured ({time.perf_counter() - started:.0f} s since start)", flush=True)
         sweep_rows = []
         if not args.no_sweep and "swish" in args.workload:

@@ -14,6 +14,7 @@ synchronisations (the device time once the GPU is the bottleneck). Its memory co
 """
 from __future__ import annotations
 
+import gc
 import json
 import os
 import statistics
@@ -430,14 +431,20 @@ def measure(spec: dict, torch_rows=None) -> dict:
 
 
 def main(argv: list[str], torch_rows=None) -> int:
-    spec = json.loads(argv[0])
-    os.environ.setdefault("OMP_NUM_THREADS", str(spec["threads"]))
+    """One row (a JSON object), or several measured one after another in this process (a JSON list:
+    bench.run's later rounds); prints the result, or the list of results, as JSON."""
+    given = json.loads(argv[0])
+    specs = given if isinstance(given, list) else [given]
+    os.environ.setdefault("OMP_NUM_THREADS", str(specs[0]["threads"]))
+    results = []
     try:
-        result = measure(spec, torch_rows)
+        for spec in specs:
+            results.append(measure(spec, torch_rows))
+            gc.collect()  # the row's session or tensors go before the next row is set up
     except RowError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(json.dumps(result))
+    print(json.dumps(results if isinstance(given, list) else results[0]))
     return 0
 
 
