@@ -7,10 +7,13 @@
 BASE and NEW are each a results directory (results/ or results/<entry>/), a bench.csv or
 samples.csv file, or a git revision (its committed results/<entry>/samples.csv). For every row
 both have, NEW/BASE is the ratio of the process medians (geometric mean) with a 95% interval from
-Welch's t over processes (bench.stats.change): "slower" or "faster" when the interval excludes 1,
-else "no significant change"; a row with one process a side is shown, not judged. The exit status
-is 1 when any row is significantly slower by more than the threshold (default 5%), else 0; 2 when
-an input cannot be read or no row could be judged.
+Welch's t over processes (bench.stats.change): "slower" or "faster" when the interval excludes 1;
+"inconclusive" when it holds 1 and also a change of the threshold either way (too few processes or
+too much spread between them to tell); else "no significant change". Each row also says the
+smallest change it can detect (its interval's half-width). A row with one process a side is shown,
+not judged. The exit status is 1 when any row is significantly slower by more than the threshold
+(default 5%), or, with --inconclusive fail, when any row is inconclusive; else 0; 2 when an input
+cannot be read or no row could be judged.
 
 --same-build N runs the benchmark N times on this build and compares every pair of runs: each
 flagged row there is a false positive. It writes results/<entry>/compare_noise.csv and states the
@@ -42,7 +45,8 @@ DEFAULT_THRESHOLD = 0.05
 # side has no spread between processes to judge it by. Such rows are shown and not judged.
 MIN_PROCESSES = 2
 TOO_FEW = "too few processes to judge"
-COMPARE_COLUMNS = ["row", "base_ms", "new_ms", "ratio", "ci_low", "ci_high", "verdict", "flagged"]
+COMPARE_COLUMNS = ["row", "base_ms", "new_ms", "ratio", "ci_low", "ci_high", "resolution", "verdict", "flagged"]
+VERDICTS = ("faster", "slower", "inconclusive", "no significant change")
 NOISE_COLUMNS = ["entry", "base_run", "new_run"] + COMPARE_COLUMNS + ["threshold", "git_sha"]
 
 
@@ -106,13 +110,14 @@ def compare(base: list[dict], new: list[dict], threshold: float = DEFAULT_THRESH
         fewest = min(len(base_groups[key]), len(new_groups[key]))
         if fewest >= MIN_PROCESSES:
             c = change(base_groups[key], new_groups[key])
-            verdict = c.verdict()
+            verdict, resolution = c.verdict(threshold), round(c.resolution, 4)
         else:  # the ratio of medians, shown with no interval
             c, verdict = Change(new_ms / base_ms, float("nan"), float("nan")), f"{TOO_FEW} ({fewest})"
+            resolution = None
         results.append(dict(row=label(key), base_ms=round(base_ms, 5), new_ms=round(new_ms, 5), ratio=round(c.ratio, 4),
                             ci_low=None if np.isnan(c.ci_low) else round(c.ci_low, 4),
-                            ci_high=None if np.isnan(c.ci_high) else round(c.ci_high, 4), verdict=verdict,
-                            flagged=verdict == "slower" and c.ratio > 1 + threshold))
+                            ci_high=None if np.isnan(c.ci_high) else round(c.ci_high, 4), resolution=resolution,
+                            verdict=verdict, flagged=verdict == "slower" and c.ratio > 1 + threshold))
     unmatched = [f"only in BASE: {label(k)}" for k in sorted(set(base_groups) - set(new_groups))]
     unmatched += [f"only in NEW: {label(k)}" for k in sorted(set(new_groups) - set(base_groups))]
     return results, unmatched
@@ -120,12 +125,13 @@ def compare(base: list[dict], new: list[dict], threshold: float = DEFAULT_THRESH
 
 def print_table(results: list[dict], threshold: float) -> None:
     width = max([len(r["row"]) for r in results] + [3])
-    print(f"{'row':{width}}  {'BASE ms':>10}  {'NEW ms':>10}  {'NEW/BASE [95% CI]':>24}  verdict")
+    print(f"{'row':{width}}  {'BASE ms':>10}  {'NEW ms':>10}  {'NEW/BASE [95% CI]':>24}  {'detects':>7}  verdict")
     for r in results:
         mark = f"  <-- slower by more than {threshold:.0%}" if r["flagged"] else ""
         interval = "" if r["ci_low"] is None else f"[{r['ci_low']:.3f}-{r['ci_high']:.3f}]"
+        detects = "" if r["resolution"] is None else f"±{r['resolution']:.0%}"
         print(f"{r['row']:{width}}  {r['base_ms']:10.4f}  {r['new_ms']:10.4f}  "
-              f"{r['ratio']:7.3f}x {interval:>15}  {r['verdict']}{mark}")
+              f"{r['ratio']:7.3f}x {interval:>15}  {detects:>7}  {r['verdict']}{mark}")
 
 
 def same_build(runs: int, entry: str, bench_args: list[str], threshold: float, out_root: Path,
@@ -158,7 +164,7 @@ def false_positives(dirs: list[Path], entry: str, threshold: float, results: Pat
     from lab.provenance import git_state
 
     runs = len(dirs)
-    rows, flagged, significant, judged = [], 0, 0, 0
+    rows, flagged, significant, judged, inconclusive = [], 0, 0, 0, 0
     sha = git_state().get("git_sha")
     for a, b in itertools.combinations(range(runs), 2):
         compared, _ = compare(load(str(dirs[a]), entry)[1], load(str(dirs[b]), entry)[1], threshold)
@@ -166,6 +172,7 @@ def false_positives(dirs: list[Path], entry: str, threshold: float, results: Pat
             rows.append(dict(entry=entry, base_run=a + 1, new_run=b + 1, **r, threshold=threshold, git_sha=sha))
         flagged += sum(r["flagged"] for r in compared)
         significant += sum(r["verdict"] in ("slower", "faster") for r in compared)
+        inconclusive += sum(r["verdict"] == "inconclusive" for r in compared)
         judged += sum(not r["verdict"].startswith(TOO_FEW) for r in compared)
     if not judged:
         print(f"error: no row of these runs has {MIN_PROCESSES} processes, so none could be judged: give the "
@@ -175,7 +182,8 @@ def false_positives(dirs: list[Path], entry: str, threshold: float, results: Pat
     print(f"[compare] {runs} runs of one build, {runs * (runs - 1) // 2} pairs, {judged} judged row comparisons"
           f"{f' ({len(rows) - judged} more with too few processes)' if len(rows) > judged else ''}: "
           f"{flagged} flagged ({flagged / judged:.1%} false positives at threshold {threshold:.0%}); "
-          f"{significant} ({significant / judged:.1%}) called significant either way; "
+          f"{significant} ({significant / judged:.1%}) called significant either way, {inconclusive} "
+          f"({inconclusive / judged:.1%}) inconclusive; "
           f"{sum(r['flagged'] for r in pair_any(rows))} of {runs * (runs - 1) // 2} comparisons flagged a row. "
           f"Written to {results / entry / 'compare_noise.csv'}")
     return 0
@@ -200,6 +208,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--entry", default="cpu")
     parser.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
                         help="fail when a row is significantly slower by more than this fraction (default 0.05)")
+    parser.add_argument("--inconclusive", choices=["pass", "fail"], default="pass",
+                        help="the exit status where a row cannot be told from a change of the threshold: pass (0, "
+                             "the rows are listed) or fail (1) (default: pass)")
     parser.add_argument("--same-build", type=int, metavar="N",
                         help="run the benchmark N times here and measure how often same-build runs are flagged")
     parser.add_argument("--same-build-dirs", type=Path, nargs="+", metavar="DIR",
@@ -241,17 +252,21 @@ def main(argv: list[str] | None = None) -> int:
               f"`nox -s bench` with --rounds {MIN_PROCESSES} or more (the default is 3)", file=sys.stderr)
         return 2
     flagged = [r for r in results if r["flagged"]]
-    counts = {v: sum(r["verdict"] == v for r in results) for v in ("faster", "slower", "no significant change")}
+    counts = {v: sum(r["verdict"] == v for r in results) for v in VERDICTS}
     unjudged = sum(r["verdict"].startswith(TOO_FEW) for r in results)
     print(f"{len(results)} rows: {counts['faster']} faster, {counts['slower']} slower, "
-          f"{counts['no significant change']} no significant change"
+          f"{counts['inconclusive']} inconclusive, {counts['no significant change']} no significant change"
           + (f", {unjudged} with fewer than {MIN_PROCESSES} processes a side, not judged (measure them in more: "
              "--rounds, --ffn-rounds, --sweep-rounds)" if unjudged else "") + "; "
           + (f"{len(flagged)} significantly slower by more than {args.threshold:.0%}" if flagged else
              f"none significantly slower by more than {args.threshold:.0%}"))
+    if counts["inconclusive"]:
+        print(f"inconclusive: {counts['inconclusive']} rows' intervals hold both no change and a {args.threshold:.0%} "
+              "change (their 'detects' column is the smallest change each can tell); measure both runs with more "
+              "--rounds to judge them" + ("" if args.inconclusive == "fail" else "; --inconclusive fail makes them fail"))
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
-    return 1 if flagged else 0
+    return 1 if flagged or (counts["inconclusive"] and args.inconclusive == "fail") else 0
 
 
 if __name__ == "__main__":

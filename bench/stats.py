@@ -77,12 +77,23 @@ class Change:
     ci_low: float
     ci_high: float
 
-    def verdict(self) -> str:
+    def verdict(self, threshold: float | None = None) -> str:
+        """slower/faster when the interval excludes 1. An interval that holds 1 and also a change of
+        `threshold` either way (1 + t, or 1 / (1 + t)) cannot tell them apart: "inconclusive", never
+        "no significant change" (pyperf and Google Benchmark's compare keep that distinction too)."""
         if self.ci_low > 1:
             return "slower"
         if self.ci_high < 1:
             return "faster"
+        if threshold is not None and (self.ci_high > 1 + threshold or self.ci_low < 1 / (1 + threshold)):
+            return "inconclusive"
         return "no significant change"
+
+    @property
+    def resolution(self) -> float:
+        """The smallest change this comparison can tell from noise: the interval's half-width as a
+        fraction (0.08: changes within about 8 % either way look like noise)."""
+        return float(np.sqrt(self.ci_high / self.ci_low) - 1) if self.ci_low > 0 else float("inf")
 
 
 def change(base_by_process: list, new_by_process: list) -> Change:

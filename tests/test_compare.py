@@ -62,11 +62,45 @@ def test_same_distribution_is_rarely_flagged_and_a_planted_slowdown_always():
     same = [C.compare(as_samples(runs_of(rng, 1.0)), as_samples(runs_of(rng, 1.0)))[0][0] for _ in range(100)]
     assert sum(r["flagged"] for r in same) <= 3
     # The interval must carry the processes' spread: resampling runs alone would call most of these different.
-    assert sum(r["verdict"] != "no significant change" for r in same) <= 12
+    assert sum(r["verdict"] in ("slower", "faster") for r in same) <= 12
     slower = [C.compare(as_samples(runs_of(rng, 1.0)), as_samples(runs_of(rng, 1.2)))[0][0] for _ in range(20)]
     assert all(r["flagged"] and r["verdict"] == "slower" for r in slower)
     faster = C.compare(as_samples(runs_of(rng, 1.0)), as_samples(runs_of(rng, 0.8)))[0][0]
     assert faster["verdict"] == "faster" and not faster["flagged"]
+
+
+def test_a_planted_slowdown_on_two_wide_processes_is_inconclusive_not_no_change(tmp_path):
+    """2 processes a side that differ a lot: the interval spans a big speed-up to a big slowdown. A 25 %
+    slowdown there is "inconclusive" (counted, and a failure with --inconclusive fail), never "no change"."""
+    rng = np.random.default_rng(8)
+    base = runs_of(rng, 1.0, processes=2, process_sd=0.25)
+    new = [g * 1.25 for g in runs_of(rng, 1.0, processes=2, process_sd=0.25)]
+    (result,), _ = C.compare(as_samples(base), as_samples(new), threshold=0.05)
+    assert result["ci_low"] < 1 < 1.05 < result["ci_high"], result
+    assert result["verdict"] == "inconclusive" and not result["flagged"] and result["resolution"] > 0.25, result
+    write_samples(tmp_path / "a", as_samples(base))
+    write_samples(tmp_path / "b", as_samples(new))
+    for mode, code in (("pass", 0), ("fail", 1)):
+        done = subprocess.run([sys.executable, "-m", "bench.compare", str(tmp_path / "a"), str(tmp_path / "b"),
+                               "--inconclusive", mode], cwd=REPO, capture_output=True, text=True)
+        assert done.returncode == code, done.stdout + done.stderr
+        assert "1 inconclusive" in done.stdout and "no significant change" not in done.stdout.splitlines()[2]
+
+
+def test_no_interval_that_holds_the_threshold_is_called_no_change():
+    """Every row of the committed samples with a 25 % slowdown planted (the held-out check's): slower,
+    or inconclusive where the row's processes cannot tell; and "no significant change" only where the
+    whole interval lies within the threshold."""
+    samples = list(csv.DictReader(open(REPO / "results" / "cpu" / "samples.csv")))
+    slower = [dict(s, seconds=repr(float(s["seconds"]) * 1.25)) for s in samples]
+    results, _ = C.compare(samples, slower, threshold=0.05)
+    judged = [r for r in results if not r["verdict"].startswith(C.TOO_FEW)]
+    assert judged and all(r["verdict"] in ("slower", "inconclusive") for r in judged), \
+        [r for r in judged if r["verdict"] not in ("slower", "inconclusive")][:3]
+    same, _ = C.compare(samples, samples, threshold=0.05)
+    for r in same:
+        if r["verdict"] == "no significant change":
+            assert 1 / 1.05 <= r["ci_low"] and r["ci_high"] <= 1.05, r
 
 
 def test_rows_of_one_process_are_shown_but_not_judged():
@@ -168,3 +202,20 @@ def test_a_row_with_its_own_round_count_runs_only_in_the_first_rounds():
     assert [i for _, i in order].count(1) == 1 and order.count((0, 1)) == 1
     assert [i for _, i in order].count(0) == 3 and [i for _, i in order].count(2) == 3
     assert [r for r, _ in order] == sorted(r for r, _ in order)  # rounds stay interleaved, one after another
+
+
+def test_later_rounds_share_a_process_per_workload_framework_and_cpu_path():
+    """Round 1 is a process per row; later rounds group rows, never torch with onnxruntime (ORT rows
+    must run in a torch-free process) nor two CPU paths (MYOPS_CPU_ISA is read once a process)."""
+    from bench.run import row_module, schedule, shared_processes
+
+    specs = [{"workload": w, "row": r, **({"isa": isa} if isa else {})}
+             for w in ("swish", "ffn") for r in ("torch_extension", "torch_composite", "ort_custom", "ort_composite")
+             for isa in ("", "avx2")]
+    order = schedule(specs, 3)
+    for round_index in (1, 2):
+        groups = shared_processes(specs, [i for r, i in order if r == round_index])
+        assert sorted(i for g in groups for i in g) == list(range(len(specs)))  # every row once
+        for group in groups:
+            assert len({(specs[i]["workload"], row_module(specs[i]), specs[i].get("isa")) for i in group}) == 1
+        assert len(groups) == 2 * 2 * 2
