@@ -19,6 +19,7 @@ import functools
 import hashlib
 import inspect
 import json
+import logging
 import os
 import re
 import sys
@@ -53,6 +54,17 @@ INPUT_NAME, OUTPUT_NAME = "x", "y"
 DYNAMIC_AXES = {0: "batch", 1: "seq"}
 # Nodes the FFN's two Linear layers may lower to; everything else must be the op's.
 LINEAR_OPS = {"MatMul", "Add", "Gemm", "Transpose", "Reshape"}
+
+
+class _WithoutTorchvisionNotice(logging.Filter):
+    """torch's dynamo exporter warns at every export that torchvision is absent (it would register
+    torchvision's ops); no model here has one, and 30 such lines an export bury what a user needs."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "torchvision is not installed" not in record.getMessage()
+
+
+logging.getLogger("torch.onnx._internal.exporter._registration").addFilter(_WithoutTorchvisionNotice())
 
 
 class ExportError(RuntimeError):

@@ -37,7 +37,9 @@ def test_writes_rows_samples_sweep_targets_charts_and_summary(ext, plugin_path, 
     process = bench_run(tmp_path)
     output, _ = process.communicate(timeout=900)
     assert process.returncode == 0, output[-3000:]
-    assert "[bench  20/20 round 2/2]" in output and "paired target ratios" in output and "[sweep  9/9]" in output
+    # round 1: 10 processes, one per row; round 2: one per framework (PyTorch, ONNX Runtime)
+    assert "[bench  12/12 round 2/2] swish" in output and "5 ONNX Runtime rows in one process" in output
+    assert "paired target ratios" in output and "[sweep  9/9]" in output
     with open(tmp_path / "cpu" / "bench.csv", newline="") as handle:
         reader = csv.DictReader(handle)
         assert reader.fieldnames == COLUMNS
@@ -48,6 +50,7 @@ def test_writes_rows_samples_sweep_targets_charts_and_summary(ext, plugin_path, 
     assert rows[("ort_composite", "all")]["ort_graph_nodes"] == "com.microsoft::QuickGelu"
     assert rows[("ort_plugin_copy", "all")]["ort_graph_nodes"] == "myops::Copy"
     assert rows[("torch_extension", "")]["execution_provider"] == "torch-cpu"
+    assert {r["regime"] for r in rows.values()} <= {"L2", "L3", "DRAM", "unknown"} and rows[("torch_copy", "")]["regime"]
     assert all(r["git_sha"] and r["torch"] and r["onnxruntime"] for r in rows.values())
     assert all(r["processes"] == "2" and float(r["ci_low_ms"]) <= float(r["p50_ms"]) <= float(r["ci_high_ms"])
                for r in rows.values())
@@ -114,7 +117,7 @@ def test_an_interrupted_run_leaves_the_previous_results(ext, plugin_path, tmp_pa
     process = bench_run(tmp_path)
     seen = ""
     deadline = time.monotonic() + 600
-    while "[bench   2/20" not in seen and time.monotonic() < deadline:
+    while "[bench   2/12" not in seen and time.monotonic() < deadline:
         line = process.stdout.readline()
         assert line, f"bench.run ended before its second row:\n{seen[-3000:]}"
         seen += line
