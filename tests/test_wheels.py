@@ -218,6 +218,9 @@ def test_the_cpu_torch_is_asked_of_the_cpu_index_alone(tmp_path, monkeypatch):
     assert torch_step.fallback == [sys.executable, "-m", "pip", "download", "--quiet", "--dest", str(tmp_path), *target,
                                    "--no-deps", "--require-hashes", "-r", str(pins)]
     assert rest.command == torch_step.fallback and rest.fallback is None
+    # whatever a machine's environment adds, a dedicated index is asked alone
+    for key in ("PIP_FIND_LINKS", "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_NO_INDEX"):
+        monkeypatch.setenv(key, "/somewhere")
     dedicated = wheels._pip_env(dedicated=True)
     assert dedicated["PIP_CONFIG_FILE"] == "/dev/null" and not {"PIP_FIND_LINKS", "PIP_INDEX_URL",
                                                                 "PIP_EXTRA_INDEX_URL", "PIP_NO_INDEX"} & set(dedicated)
