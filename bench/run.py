@@ -85,7 +85,8 @@ def export_models(args, opsets: list[int], out: Path) -> dict:
 
 
 def run_child(module: str, spec) -> dict | list[dict]:
-    """One fresh process of `module` on a row spec (its result) or a list of specs of one CPU path (their results)."""
+    """One fresh process of `module` on a row spec (its result), or on a list of specs of one workload,
+    framework and CPU path (their results, in order)."""
     first = spec[0] if isinstance(spec, list) else spec
     env = timing_child_env(REPO)
     if first.get("isa"):  # kernels/cpu_isa.h reads the cap once, when a library loads
@@ -164,7 +165,7 @@ def measure_rounds(specs: list[dict], rounds: int, label, log=print) -> list[lis
             # Peak memory is the same in every round: measured in the first only.
             results = run_child(row_module(head), [dict(specs[i], no_memory=True) for i in group])
             log(f"({time.perf_counter() - started:.0f} s)", flush=True)
-            for i, result in zip(group, results):
+            for i, result in zip(group, results, strict=True):
                 measured[i].append(result)
     return measured
 

@@ -1,8 +1,10 @@
-"""Measure ONE benchmark row in this (fresh) process and print it as JSON on the last line.
+"""Measure benchmark rows in this fresh process and print the result as JSON on the last line.
 
-    python -m infer.measure '{"row": "ort_custom", "workload": "swish", ...}'
+    python -m infer.measure '{"row": "ort_custom", "workload": "swish", ...}'   # one row
+    python -m infer.measure '[{...}, {...}]'                                  # rows one after another
 
-A fresh process per row keeps peak-memory figures from leaking between rows. This module never
+A row's peak memory is only its own in a process of its own: bench.run measures memory in its first
+round (one row a process) and shares processes only in later rounds, whose memory it ignores. This module never
 imports torch: ORT rows measure what the inference side really is. PyTorch rows run the same
 measure() with their callables from bench.torch_rows (`python -m bench.torch_rows SPEC`).
 
