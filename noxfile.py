@@ -57,7 +57,9 @@ def _install(session: nox.Session, entry: dict) -> None:
                 f"(its images use {entry['python']}): {', '.join(matrix.pip_pins(entry))}")
     pins = matrix.pip_pins(entry)
     if entry["torch"]["index"]:
-        _install_torch(session, entry, pins.pop(0))
+        torch_pin = next(p for p in pins if p.startswith("torch=="))
+        pins.remove(torch_pin)
+        _install_torch(session, entry, torch_pin)
     session.install(*pins, "-r", str(TOOLS))
     session.env["MYOPS_MATRIX_ENTRY"] = entry["id"]
     # A CPU entry builds CPU kernels only, also where pip's torch is a CUDA build and nvcc is absent.
@@ -74,14 +76,18 @@ def _install_torch(session: nox.Session, entry: dict, pin: str) -> None:
     from lab import wheels
 
     index = entry["torch"]["index"]
-    exact = f"torch=={wheels.locked_version(entry, 'train', 'torch') or pin.split('==', 1)[1]}"
+    locked = wheels.locked_version(entry, "train", "torch")
+    if locked is None:
+        session.warn(f"docker/locks/{entry['id']}-train.txt is missing: torch's exact build (local label) is not "
+                     f"known; asking for {pin} (make the lock with `nox -s lock -- {entry['id']}`)")
+    exact = f"torch=={locked or pin.split('==', 1)[1]}"
     python = str(Path(session.bin) / "python")
     attempts = ((f"{exact} from {index} alone", ["--index-url", index, exact], True),
                 (f"{exact} from pip's own configuration", [exact], False))
     for what, args, dedicated in attempts:
         session.log(f"installing {what}")
         done = subprocess.run([python, "-m", "pip", "install", "--quiet", *args], capture_output=True, text=True,
-                              env=wheels._pip_env(dedicated))
+                              env=wheels.pip_env(dedicated))
         if done.returncode == 0:
             return
         reason = "the index cannot be reached from here" if wheels.unreachable(done.stderr) else \

@@ -436,7 +436,8 @@ def main(argv: list[str], torch_rows=None) -> int:
     """One row (a JSON object), or several measured one after another in this process (a JSON list:
     bench.run's later rounds); prints the result, or the list of results, as JSON."""
     given = json.loads(argv[0])
-    specs = given if isinstance(given, list) else [given]
+    # After the first row, a process's peak memory holds the rows before: theirs is not measured.
+    specs = [given] if isinstance(given, dict) else given[:1] + [dict(spec, no_memory=True) for spec in given[1:]]
     os.environ.setdefault("OMP_NUM_THREADS", str(specs[0]["threads"]))
     results = []
     try:

@@ -109,7 +109,8 @@ def _fetch_debs(entry: dict, log) -> list[Path]:
                 deb = apt.download(name, version, Path(tmp))
                 if digest and wheels.sha256(deb) != digest:
                     raise ToolkitError(f"{deb.name}: sha256 differs from {shown(lock)}: the archive changed "
-                                       "under the same version; delete the lock to pin what it serves now")
+                                       f"under the same version; re-pin what it serves now with "
+                                       f"`{wheels.LOCK_COMMAND.format(entry=entry['id'])}` and commit the lock")
                 dest.mkdir(parents=True, exist_ok=True)
                 os.replace(deb, dest / deb.name)
                 files.append(dest / deb.name)
@@ -215,6 +216,24 @@ def _assemble_wheels(files: list[Path], out: Path) -> None:
 
 # ---------------------------------------------------------------- both
 
+def relock(entry: dict, *, log=print) -> Path:
+    """Pin the entry's toolkit anew (what its source serves now) and rewrite its lock; the old lock
+    comes back if that fails."""
+    lock = lock_path(entry)
+    kept = lock.with_name(lock.name + ".old")
+    if lock.exists():
+        os.replace(lock, kept)
+    try:
+        _fetch_debs(entry, log) if entry["toolkit"]["source"] == "debian" else _fetch_wheels(entry, log)
+    except BaseException:
+        if kept.exists():
+            os.replace(kept, lock)
+        raise
+    kept.unlink(missing_ok=True)
+    log(f"[toolkit] rewrote {shown(lock)}: review and commit it")
+    return lock
+
+
 def assemble(entry: dict, *, log=print) -> Path:
     """The entry's toolkit under build/cuda-toolkits/<pin>/ (reused while its lock is unchanged)."""
     if entry["device"] != "cuda":
@@ -225,7 +244,7 @@ def assemble(entry: dict, *, log=print) -> Path:
         return out
     if lock.exists() and pin_text(entry) not in lock.read_text().splitlines()[0]:
         raise ToolkitError(f"{shown(lock)} pins another toolkit than matrix.yaml ({pin_text(entry)}): "
-                           "delete the lock so it is made again, and commit it")
+                           f"re-pin it with `{wheels.LOCK_COMMAND.format(entry=entry['id'])}` and commit the lock")
     DOWNLOADS.mkdir(parents=True, exist_ok=True)
     source = entry["toolkit"]["source"]
     files = _fetch_debs(entry, log) if source == "debian" else _fetch_wheels(entry, log)

@@ -45,6 +45,14 @@ class WheelError(RuntimeError):
     pass
 
 
+class PipFailed(WheelError):
+    """A pip download that failed; `unreachable`: its output says an index did not answer."""
+
+    def __init__(self, message: str, *, unreachable: bool = False):
+        super().__init__(message)
+        self.unreachable = unreachable
+
+
 @dataclass(frozen=True)
 class Target:
     python: str           # "3.11"
@@ -125,14 +133,14 @@ def wheelhouse_dir(entry: dict, plat: platforms.Platform = platforms.PRIMARY) ->
 
 # ---------------------------------------------------------------- pip
 
-# What makes pip ask a dedicated index alone: no pip.conf, no extra index, no find-links, no no-index
-# (None: the variable is removed).
+# What makes pip ask a dedicated index alone: no pip.conf, no extra index, no find-links, no no-index,
+# no machine-wide constraints (None: the variable is removed).
 DEDICATED_ENV = {"PIP_CONFIG_FILE": os.devnull, "PIP_INDEX_URL": None, "PIP_EXTRA_INDEX_URL": None,
-                 "PIP_FIND_LINKS": None, "PIP_NO_INDEX": None}
+                 "PIP_FIND_LINKS": None, "PIP_NO_INDEX": None, "PIP_CONSTRAINT": None}
 LOCK_COMMAND = "nox -s lock -- {entry}"
 
 
-def _pip_env(dedicated: bool) -> dict:
+def pip_env(dedicated: bool) -> dict:
     env = dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1")
     if dedicated:
         # A dedicated index alone: no pip.conf extra indexes or find-links can offer another build.
@@ -157,10 +165,10 @@ def download_command(specs: list[str], dest: Path, tgt: Target, *, index: str | 
 def _run_pip(cmd: list[str], *, dedicated: bool, what: str, log) -> None:
     words = [a for a in cmd[cmd.index("--dest") + 2:] if not a.startswith(("manylinux", "--platform", "--abi"))]
     log("[wheels] pip download " + " ".join(words)[:300])
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, env=_pip_env(dedicated))
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, env=pip_env(dedicated))
     if result.returncode != 0:
         lines = [line for line in result.stderr.strip().splitlines() if line.strip() and "WARNING" not in line]
-        raise WheelError(f"{what}: pip download failed: {' | '.join(lines[-4:])}")
+        raise PipFailed(f"{what}: pip download failed: {' | '.join(lines[-4:])}", unreachable=unreachable(result.stderr))
 
 
 def unreachable(pip_stderr: str) -> bool:
@@ -176,7 +184,7 @@ def available_versions(package: str, tgt: Target, index: str | None = None) -> l
            *tgt.pip_args()]
     if index:
         cmd += ["--index-url", index]
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=_pip_env(bool(index)))
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=pip_env(bool(index)))
     match = re.search(r"Available versions: (.*)", result.stdout)
     if result.returncode == 0 and match:
         return [v.strip() for v in match[1].split(",")]
@@ -197,8 +205,9 @@ def _explain_failure(entry: dict, reqs: list[Requirement], tgt: Target, failure:
         where = req.index or "the configured index"
         if versions is None:
             return WheelError(f"entry '{entry['id']}', field '{fields[match[1]]}': {where} cannot be reached from here "
-                              f"({failure}). Resolve this entry where it can be (a machine with access to {where}), "
-                              f"commit docker/locks/{entry['id']}-*.txt, and builds here fetch exactly those files.")
+                              f"({failure}). Resolve this entry where it can be (`{LOCK_COMMAND.format(entry=entry['id'])}` on a "
+                              f"machine with access to {where}), commit docker/locks/{entry['id']}-*.txt, and builds "
+                              "here fetch exactly those files.")
         if match[2] not in versions:
             series = ".".join(match[2].split(".")[:2]) + "."
             closest = [v for v in versions if v.startswith(series)]
@@ -312,8 +321,9 @@ def resolve(entry: dict, kind: str, house: Path, *, plat: platforms.Platform = p
         wheels = {}
         for wheel in final_dir.glob("*.whl"):
             digest = sha256(wheel)
-            if not (house / wheel.name).exists():
-                shutil.copy2(wheel, house / wheel.name)
+            kept = house / wheel.name
+            if not kept.exists() or sha256(kept) != digest:  # a stale file of that name is replaced
+                shutil.copy2(wheel, kept)
             came_from = origin.get(wheel.name)
             wheels[house / wheel.name] = came_from[1] if came_from and came_from[0] == digest else None
         verify_onnxruntime_build(entry, list(wheels), log=log)
@@ -364,6 +374,8 @@ def fetch(lock: Path, house: Path, entry: dict, *, plat: platforms.Platform = pl
     house.mkdir(parents=True, exist_ok=True)
     redo = f"re-resolve the entry with `{LOCK_COMMAND.format(entry=entry['id'])}` where its indexes answer " \
            f"(it rewrites {shown(lock)} and says so), then commit the lock"
+    offline = "no index answered: connect this machine to its package indexes (or a mirror in pip's configuration) " \
+              "and run again; the lock itself may be fine"
     with tempfile.TemporaryDirectory(prefix=".fetch-", dir=house.parent) as tmp:
         req_file = Path(tmp) / "pinned.txt"
         for step in fetch_steps(lock, house, entry, req_file, plat, missing):
@@ -373,17 +385,20 @@ def fetch(lock: Path, house: Path, entry: dict, *, plat: platforms.Platform = pl
             try:
                 _run_pip(step.command, dedicated=bool(step.index), what=f"{lock.name} ({where})", log=log)
                 continue
-            except WheelError as exc:
+            except PipFailed as exc:
                 if step.fallback is None:
-                    raise WheelError(f"{exc}. {shown(lock)} pins files that cannot be fetched from here: {redo}") from None
+                    advice = offline if exc.unreachable else redo
+                    raise WheelError(f"{exc}. {shown(lock)} pins files that cannot be fetched from here: {advice}") from None
+                first = exc
                 log(f"[wheels] {step.index} cannot serve {', '.join(step.names)} here; asking pip's configured "
                     "indexes for the same files, accepted only by the lock's sha256")
             try:
                 _run_pip(step.fallback, dedicated=False, what=f"{lock.name} (pip's configured indexes, by hash)", log=log)
-            except WheelError as exc:
+            except PipFailed as exc:
+                advice = offline if first.unreachable and exc.unreachable else redo
                 raise WheelError(f"{shown(lock)} pins {', '.join(step.names)} from {step.index}, which cannot serve "
-                                 f"them from here, and pip's configured indexes hold no file with the locked sha256 "
-                                 f"({exc}): {redo}") from None
+                                 f"them from here ({first}), and pip's configured indexes hold no file with the "
+                                 f"locked sha256 ({exc}): {advice}") from None
 
 
 def locked_version(entry: dict, kind: str, name: str) -> str | None:
@@ -520,7 +535,8 @@ def verify_onnxscript_api(entry: dict, wheels_found: list[Path], *, log=print) -
 
 def relock(entry_id: str, *, log=print) -> list[Path]:
     """Resolve an entry's image locks anew (train, then infer for each of its platforms, then the infer
-    image's other architectures) and rewrite them; the old lock stays until its new one is complete."""
+    image's other architectures), and a CUDA entry's toolkit lock, and rewrite them; the old lock
+    stays until its new one is complete."""
     from . import matrix
 
     entry = matrix.entry(entry_id)
@@ -530,6 +546,10 @@ def relock(entry_id: str, *, log=print) -> list[Path]:
             lock = resolve(entry, kind, wheelhouse_dir(entry, plat), plat=plat, log=log)
             log(f"[wheels] rewrote {shown(lock)}: review and commit it")
             written.append(lock)
+    if entry["device"] == "cuda":
+        from . import toolkit  # toolkit builds on this module
+
+        written.append(toolkit.relock(entry, log=log))
     return written
 
 

@@ -24,8 +24,10 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 LAYERS = ["lab", "opspec", "ort_plugin", "infer", "ops", "bench"]
 TORCH_FREE = ["lab", "opspec", "ort_plugin", "infer"]
-# lab.provenance records torch's version where torch is installed (inside try/except ImportError).
-GUARDED_TORCH = {"lab/provenance.py"}
+# Imports of torch inside try/except ImportError only: lab.provenance records torch's version where
+# torch is installed; lab.compat falls back to torch's vendored packaging on a torch+numpy GPU host
+# (the infer image has packaging itself: onnxruntime depends on it).
+GUARDED_TORCH = {"lab/provenance.py", "lab/compat.py"}
 
 
 def imports_of(path: Path) -> list[tuple[str, int]]:

@@ -61,3 +61,17 @@ def test_a_changed_package_is_refused(cuda12_toolkit, tmp_path, monkeypatch):
     monkeypatch.setattr(toolkit, "DOWNLOADS", tmp_path / "downloads")
     with pytest.raises(toolkit.ToolkitError, match="sha256 differs from"):
         toolkit.assemble(entry, log=lambda m: None)
+
+
+def test_a_failed_relock_puts_the_old_lock_back(tmp_path, monkeypatch):
+    # `nox -s lock` re-pins a toolkit; when its source cannot serve the pin, the committed lock stays.
+    monkeypatch.setattr(toolkit.wheels, "LOCKS", tmp_path / "locks")
+    monkeypatch.setattr(toolkit, "DOWNLOADS", tmp_path / "downloads")
+    (tmp_path / "locks").mkdir()
+    entry = dict(matrix.entry("cuda13.0"), id="relock-check")
+    entry["toolkit"] = dict(entry["toolkit"], version="0.0.1")  # no such cuda-toolkit release
+    lock = toolkit.lock_path(entry)
+    lock.write_text("# the committed lock\n")
+    with pytest.raises(toolkit.wheels.WheelError):
+        toolkit.relock(entry, log=lambda m: None)
+    assert lock.read_text() == "# the committed lock\n" and sorted(p.name for p in lock.parent.iterdir()) == [lock.name]

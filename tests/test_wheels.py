@@ -1,6 +1,8 @@
 """Wheel resolution for an entry's images: its Python and platform, its own indexes, its locks."""
 from __future__ import annotations
 
+import os
+
 import subprocess
 import sys
 import zipfile
@@ -58,7 +60,7 @@ def test_exact_command_for_the_unreachable_torch_index(tmp_path):
                    *[part for tag in platforms for part in ("--platform", tag)],
                    "--index-url", "https://download.pytorch.org/whl/cu118", "torch==2.3.1+cu118"]
     # a dedicated index is asked alone: no pip.conf extra index or find-links can offer PyPI's build
-    env = wheels._pip_env(dedicated=True)
+    env = wheels.pip_env(dedicated=True)
     assert env["PIP_CONFIG_FILE"] and "PIP_FIND_LINKS" not in env and "PIP_EXTRA_INDEX_URL" not in env
 
 
@@ -221,7 +223,7 @@ def test_the_cpu_torch_is_asked_of_the_cpu_index_alone(tmp_path, monkeypatch):
     # whatever a machine's environment adds, a dedicated index is asked alone
     for key in ("PIP_FIND_LINKS", "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_NO_INDEX"):
         monkeypatch.setenv(key, "/somewhere")
-    dedicated = wheels._pip_env(dedicated=True)
+    dedicated = wheels.pip_env(dedicated=True)
     assert dedicated["PIP_CONFIG_FILE"] == "/dev/null" and not {"PIP_FIND_LINKS", "PIP_INDEX_URL",
                                                                 "PIP_EXTRA_INDEX_URL", "PIP_NO_INDEX"} & set(dedicated)
 
@@ -319,6 +321,23 @@ def test_an_unreachable_index_is_stood_in_for_only_by_the_locked_hash(tmp_path):
     assert wheels.sha256(wheel) == wheels.read_lock(lock)[1][0].sha256
     if any("cannot serve" in line for line in said):
         assert "accepted only by the lock's sha256" in said[-2] + said[-1], said
+
+
+def test_indexes_that_do_not_answer_are_not_blamed_on_the_lock(tmp_path, monkeypatch):
+    """Offline (no index and no mirror answers): the message says to connect, not to re-resolve a lock
+    that may be fine. Port 9 on this host refuses connections at once, like an index that is down."""
+    entry, lock = _torch_only_lock(tmp_path)
+    lock.write_text(lock.read_text().replace("https://download.pytorch.org/whl/cpu", "http://127.0.0.1:9/whl/cpu"))
+    for key in ("PIP_FIND_LINKS", "PIP_EXTRA_INDEX_URL", "PIP_NO_INDEX", "PIP_CONSTRAINT"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:9/simple")
+    monkeypatch.setenv("PIP_RETRIES", "1")  # one retry: its warning is how pip says the index did not answer
+    with pytest.raises(wheels.WheelError) as info:
+        wheels.fetch(lock, tmp_path / "house", entry, log=lambda m: None)
+    message = str(info.value)
+    assert "no index answered" in message and "nox -s lock" not in message, message
+    assert "http://127.0.0.1:9/whl/cpu" in message, "the dedicated attempt's failure is kept"
 
 
 def test_a_file_no_index_serves_by_its_hash_says_how_to_relock(tmp_path):
