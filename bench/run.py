@@ -2,8 +2,8 @@
 
 Exports the models and measures every row in interleaved rounds: each round runs every row once in
 fresh processes, starting at a rotated position, so that drift of the machine during the run hits
-every row alike (round 1: a process per row, which measures its memory; later rounds: one process
-per workload and framework, rows one after another). A row's figure is the median over all its processes' runs, with a 95%
+every row alike (one process per workload and framework, rows one after another; in round 1 an ORT
+row has a process of its own, which measures its memory). A row's figure is the median over all its processes' runs, with a 95%
 interval from a bootstrap over processes and runs (bench.stats). Then the size sweep (bench.sweep)
 and the paired target ratios (bench.targets). Writes results/<entry>/bench.csv (upserted), the raw
 timings in samples.csv, sweep.csv, targets.csv, the aggregate results/bench_all.csv and the charts
@@ -39,6 +39,9 @@ ROW_TIMEOUT_S = 1800
 def plan(args, opsets: list[int], models: dict, plugin: str) -> list[dict]:
     """Every row to measure, as specs for infer.measure (ORT rows) and bench.torch_rows (PyTorch rows)."""
     specs = []
+    # torch.compile's row costs ~25 s a workload, most of it compiling: measured at each op's first
+    # workload asked for (its headline shape), where it shows what the compiler makes of the composite.
+    compiled = {WORKLOADS[name].op: name for name in reversed(args.workload)}
     for name in args.workload:
         workload = WORKLOADS[name]
         runs = dict(warmup=args.warmup, runs=args.runs) if workload.op_alone else \
@@ -49,7 +52,7 @@ def plan(args, opsets: list[int], models: dict, plugin: str) -> list[dict]:
         torch_rows += ["torch_copy", "torch_copy_into"] if workload.op_alone else []
         specs += [dict(common, row=row) for row in torch_rows]
         # A reference row whose every process first compiles for ~8 s: measured in the first round only.
-        specs += [] if args.no_compile else [dict(common, row="torch_compile", rounds=1)]
+        specs += [] if args.no_compile or compiled[workload.op] != name else [dict(common, row="torch_compile", rounds=1)]
         for opset in opsets:
             specs += ort_row_specs(dict(common, opset=opset, exporter=args.exporter), models[(name, opset)], plugin)
     return specs + capped_specs(specs, args.isa_paths)
@@ -125,45 +128,49 @@ def schedule(specs: list[dict], rounds: int) -> list[tuple[int, int]]:
     return [(r, i) for r in range(rounds) for i in rotation(len(specs), rounds, r) if r < specs[i].get("rounds", rounds)]
 
 
-def shared_processes(specs: list[dict], order: list[int]) -> list[list[int]]:
-    """The processes of a later round: the rows of one workload, framework (torch or onnxruntime: ORT
-    rows never share a process with torch) and CPU path together, each group in the round's order."""
+def shared_processes(specs: list[dict], order: list[int], first_round: bool = False) -> list[list[int]]:
+    """The processes of a round: the rows of one workload, framework (torch or onnxruntime: ORT rows never
+    share a process with torch) and CPU path together, each group in the round's order. In the first
+    round an ORT row has a process of its own: its peak memory is measured in it (a PyTorch row's is
+    measured in a probe process of its own, bench.torch_rows.peak_mb, wherever it is timed)."""
     groups: dict[tuple, list[int]] = {}
     for i in order:
-        groups.setdefault((specs[i]["workload"], row_module(specs[i]), specs[i].get("isa") or ""), []).append(i)
+        module = row_module(specs[i])
+        alone = first_round and module == "infer.measure"
+        key = ("alone", i) if alone else (specs[i]["workload"], module, specs[i].get("isa") or "")
+        groups.setdefault(key, []).append(i)
     return list(groups.values())
 
 
 def measure_rounds(specs: list[dict], rounds: int, label, log=print) -> list[list[dict]]:
     """Each spec measured `rounds` times (fewer where it says so), each time in another fresh process.
 
-    Round 1 gives every row a process of its own, where its peak memory is measured. In later rounds the
-    rows of one workload and framework share a process, one after another in rotated order: a process
-    start (1-3 s, importing torch) then costs once per group instead of once per row. Each row still has
-    one process per round, the unit bench.stats and bench.compare take the spread over."""
+    Rows of one workload and framework share a process, one after another in the round's rotated order:
+    a process start (2-3 s importing torch) then costs once per group instead of once per row. Peak
+    memory is measured in the first round only: an ORT row's in a process of its own, a PyTorch row's in
+    its memory probe. Each row still has one process per round, the unit bench.stats and bench.compare
+    take the spread over."""
     measured: list[list[dict]] = [[] for _ in specs]
     order = schedule(specs, rounds)
-    first = [i for r, i in order if r == 0]
-    later = [[i for r, i in order if r == k] for k in range(1, rounds)]
-    total = len(first) + sum(len(shared_processes(specs, o)) for o in later)
+    plan_ = [shared_processes(specs, [i for r, i in order if r == k], first_round=k == 0) for k in range(rounds)]
+    total = sum(len(groups) for groups in plan_)
     done = 0
-    for i in first:
-        done += 1
-        log(f"[bench {done:3}/{total} round 1/{rounds}] {label(specs[i])} ...", end=" ", flush=True)
-        started = time.perf_counter()
-        result = run_row(specs[i])
-        log(f"p50 {result['p50_ms']:.3f} ms ({time.perf_counter() - started:.0f} s)", flush=True)
-        measured[i].append(result)
-    for k, round_order in enumerate(later, 2):
-        for group in shared_processes(specs, round_order):
+    for k, groups in enumerate(plan_, 1):
+        for group in groups:
             done += 1
             head = specs[group[0]]
+            started = time.perf_counter()
+            if len(group) == 1 and k == 1:
+                log(f"[bench {done:3}/{total} round 1/{rounds}] {label(head)} ...", end=" ", flush=True)
+                result = run_row(head)
+                log(f"p50 {result['p50_ms']:.3f} ms ({time.perf_counter() - started:.0f} s)", flush=True)
+                measured[group[0]].append(result)
+                continue
             framework = "PyTorch" if row_module(head) == "bench.torch_rows" else "ONNX Runtime"
             log(f"[bench {done:3}/{total} round {k}/{rounds}] {head['workload']:13} {len(group):2} {framework} rows"
                 + (f" isa {head['isa']}" if head.get("isa") else "") + " in one process ...", end=" ", flush=True)
-            started = time.perf_counter()
             # Peak memory is the same in every round: measured in the first only.
-            results = run_child(row_module(head), [dict(specs[i], no_memory=True) for i in group])
+            results = run_child(row_module(head), [dict(specs[i], no_memory=k > 1) for i in group])
             log(f"({time.perf_counter() - started:.0f} s)", flush=True)
             for i, result in zip(group, results, strict=True):
                 measured[i].append(result)
@@ -197,7 +204,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--target-processes", type=int, default=3,
                         help="fresh processes the target pairs run in (the interval is over processes, then pairs)")
     parser.add_argument("--no-targets", action="store_true", help="skip the paired target ratios")
-    parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile reference row")
+    parser.add_argument("--no-compile", action="store_true",
+                        help="skip the torch.compile reference row (otherwise measured at each op's first workload)")
     parser.add_argument("--profile", action="store_true",
                         help="ORT and torch profiler chrome traces under results/<entry>/traces/ (the summary "
                              "states the custom node's share of the ORT run time)")

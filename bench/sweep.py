@@ -1,5 +1,6 @@
 """The activation alone across sizes: how each implementation's bandwidth changes as the tensor
-leaves the caches. One process per implementation and round sweeps every size:
+leaves the caches. A process per implementation and round sweeps every size (bench.run hands one
+process the implementations of a framework as a list):
 
     python -m bench.sweep '{"row": "ort_custom", "model_path": ..., "plugin": ..., "threads": 2, ...}'
 
@@ -70,10 +71,13 @@ def sweep(spec: dict) -> dict[int, list[float]]:
 
 
 def main(argv: list[str]) -> int:
-    spec = json.loads(argv[0])
-    os.environ.setdefault("OMP_NUM_THREADS", str(spec["threads"]))
+    """One implementation (a JSON object), or several one after another (a JSON list, one framework)."""
+    given = json.loads(argv[0])
+    specs = given if isinstance(given, list) else [given]
+    os.environ.setdefault("OMP_NUM_THREADS", str(specs[0]["threads"]))
     keep_freed_blocks()
-    print(json.dumps({str(k): v for k, v in sweep(spec).items()}))
+    results = [{str(k): v for k, v in sweep(spec).items()} for spec in specs]
+    print(json.dumps(results if isinstance(given, list) else results[0]))
     return 0
 
 
@@ -108,10 +112,16 @@ def run_sweep(args, models: dict, plugin: str, facts: dict) -> tuple[list[dict],
           f"{elements(SEQ[-1]):,} elements), {args.sweep_rounds} processes each; caches {caches}", flush=True)
     timings: list[list[dict]] = [[] for _ in specs]
     order = schedule(specs, args.sweep_rounds)
-    for done, (_, i) in enumerate(order, 1):
+    # A process per framework and round (ORT's never imports torch), its implementations in the round's order.
+    processes = [[i for r, i in order if r == k and specs[i]["row"].startswith(prefix)]
+                 for k in range(args.sweep_rounds) for prefix in ("torch_", "ort_")]
+    processes = [group for group in processes if group]
+    for done, group in enumerate(processes, 1):
         started = time.perf_counter()
-        timings[i].append(run_child("bench.sweep", specs[i]))
-        print(f"[sweep {done:2}/{len(order)}] {specs[i]['row']} ({time.perf_counter() - started:.0f} s)", flush=True)
+        for i, result in zip(group, run_child("bench.sweep", [specs[i] for i in group]), strict=True):
+            timings[i].append(result)
+        print(f"[sweep {done:2}/{len(processes)}] {', '.join(specs[i]['row'] for i in group)} "
+              f"({time.perf_counter() - started:.0f} s)", flush=True)
     samples, rows = [], []
     for spec, per_process in zip(specs, timings):
         for seq in SEQ:

@@ -3,8 +3,9 @@
     python -m infer.measure '{"row": "ort_custom", "workload": "swish", ...}'   # one row
     python -m infer.measure '[{...}, {...}]'                                  # rows one after another
 
-A row's peak memory is only its own in a process of its own: bench.run measures memory in its first
-round (one row a process) and shares processes only in later rounds, whose memory it ignores. This module never
+A row's peak memory is only its own in a process of its own: bench.run gives each ORT row a process
+of its own in its first round, where its memory is measured, and ignores the memory of later rounds; a
+PyTorch row's is measured in a probe process of its own (bench.torch_rows.peak_mb). This module never
 imports torch: ORT rows measure what the inference side really is. PyTorch rows run the same
 measure() with their callables from bench.torch_rows (`python -m bench.torch_rows SPEC`).
 
@@ -197,17 +198,13 @@ def _leading_axes_dynamic(session) -> bool:
 
 
 def _graph_nodes(path: Path) -> str:
-    """The node types of the graph ORT actually ran (after its optimizer), e.g. 'com.microsoft::QuickGelu'."""
-    try:
-        import onnx
-    except ImportError:  # the infer image: read the file with the plugin side's own reader
-        from ort_plugin.onnx_file import read_model
+    """The node types of the graph ORT actually ran (after its optimizer), e.g. 'com.microsoft::QuickGelu'.
 
-        names = [f"{n.domain}::{n.op_type}" if n.domain else n.op_type
-                 for n in read_model(path).nodes if n.where == "graph"]
-    else:
-        model = onnx.load(str(path), load_external_data=False)
-        names = [f"{n.domain}::{n.op_type}" if n.domain else n.op_type for n in model.graph.node]
+    Read with the plugin side's own reader even where onnx is installed: importing onnx costs ~0.9 s,
+    paid by every row's process."""
+    from ort_plugin.onnx_file import read_model
+
+    names = [f"{n.domain}::{n.op_type}" if n.domain else n.op_type for n in read_model(path).nodes if n.where == "graph"]
     return "+".join(sorted(set(names), key=names.index))
 
 
@@ -436,8 +433,10 @@ def main(argv: list[str], torch_rows=None) -> int:
     """One row (a JSON object), or several measured one after another in this process (a JSON list:
     bench.run's later rounds); prints the result, or the list of results, as JSON."""
     given = json.loads(argv[0])
-    # After the first row, a process's peak memory holds the rows before: theirs is not measured.
-    specs = [given] if isinstance(given, dict) else given[:1] + [dict(spec, no_memory=True) for spec in given[1:]]
+    # After the first row, a process's peak memory holds the rows before: an ORT row's is then not
+    # measured (a PyTorch row's is, in a probe process of its own).
+    specs = [given] if isinstance(given, dict) else \
+        given[:1] + [spec if spec["row"] in TORCH_ROWS else dict(spec, no_memory=True) for spec in given[1:]]
     os.environ.setdefault("OMP_NUM_THREADS", str(specs[0]["threads"]))
     results = []
     try:

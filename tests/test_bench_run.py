@@ -37,9 +37,11 @@ def test_writes_rows_samples_sweep_targets_charts_and_summary(ext, plugin_path, 
     process = bench_run(tmp_path)
     output, _ = process.communicate(timeout=900)
     assert process.returncode == 0, output[-3000:]
-    # round 1: 10 processes, one per row; round 2: one per framework (PyTorch, ONNX Runtime)
-    assert "[bench  12/12 round 2/2] swish" in output and "5 ONNX Runtime rows in one process" in output
-    assert "paired target ratios" in output and "[sweep  9/9]" in output
+    # round 1: the 5 PyTorch rows in one process, each ORT row in its own (its memory is measured there);
+    # round 2: one process per framework (PyTorch, ONNX Runtime). The sweep: one per framework.
+    assert "[bench   8/8 round 2/2] swish" in output and "5 ONNX Runtime rows in one process" in output
+    assert "round 1/2] swish          5 PyTorch rows in one process" in output
+    assert "paired target ratios" in output and "[sweep  2/2]" in output
     with open(tmp_path / "cpu" / "bench.csv", newline="") as handle:
         reader = csv.DictReader(handle)
         assert reader.fieldnames == COLUMNS
@@ -52,6 +54,8 @@ def test_writes_rows_samples_sweep_targets_charts_and_summary(ext, plugin_path, 
     assert rows[("torch_extension", "")]["execution_provider"] == "torch-cpu"
     assert {r["regime"] for r in rows.values()} <= {"L2", "L3", "DRAM", "unknown"} and rows[("torch_copy", "")]["regime"]
     assert all(r["git_sha"] and r["torch"] and r["onnxruntime"] for r in rows.values())
+    assert all(float(r["peak_mb"]) > 0 and "VmHWM" in r["memory_method"] for r in rows.values()
+               if r["row"] not in ("torch_copy_into",)), {k: r["peak_mb"] for k, r in rows.items()}
     assert all(r["processes"] == "2" and float(r["ci_low_ms"]) <= float(r["p50_ms"]) <= float(r["ci_high_ms"])
                for r in rows.values())
     # Raw timings: every row's 2 processes x 3 runs, keyed as in bench.csv; the sweep's every size.
@@ -117,7 +121,7 @@ def test_an_interrupted_run_leaves_the_previous_results(ext, plugin_path, tmp_pa
     process = bench_run(tmp_path)
     seen = ""
     deadline = time.monotonic() + 600
-    while "[bench   2/12" not in seen and time.monotonic() < deadline:
+    while "[bench   2/8" not in seen and time.monotonic() < deadline:
         line = process.stdout.readline()
         assert line, f"bench.run ended before its second row:\n{seen[-3000:]}"
         seen += line

@@ -206,18 +206,24 @@ def test_a_row_with_its_own_round_count_runs_only_in_the_first_rounds():
     assert [r for r, _ in order] == sorted(r for r, _ in order)  # rounds stay interleaved, one after another
 
 
-def test_later_rounds_share_a_process_per_workload_framework_and_cpu_path():
-    """Round 1 is a process per row; later rounds group rows, never torch with onnxruntime (ORT rows
-    must run in a torch-free process) nor two CPU paths (MYOPS_CPU_ISA is read once a process)."""
+def test_rounds_share_a_process_per_workload_framework_and_cpu_path():
+    """Rows share a process per workload, framework and CPU path, never torch with onnxruntime (ORT rows
+    must run in a torch-free process) nor two CPU paths (MYOPS_CPU_ISA is read once a process); in round
+    1 each ORT row has a process of its own, where its peak memory is measured."""
     from bench.run import row_module, schedule, shared_processes
 
     specs = [{"workload": w, "row": r, **({"isa": isa} if isa else {})}
              for w in ("swish", "ffn") for r in ("torch_extension", "torch_composite", "ort_custom", "ort_composite")
              for isa in ("", "avx2")]
     order = schedule(specs, 3)
-    for round_index in (1, 2):
-        groups = shared_processes(specs, [i for r, i in order if r == round_index])
+    for round_index in (0, 1, 2):
+        groups = shared_processes(specs, [i for r, i in order if r == round_index], first_round=round_index == 0)
         assert sorted(i for g in groups for i in g) == list(range(len(specs)))  # every row once
         for group in groups:
             assert len({(specs[i]["workload"], row_module(specs[i]), specs[i].get("isa")) for i in group}) == 1
-        assert len(groups) == 2 * 2 * 2
+        ort_alone = [g for g in groups if row_module(specs[g[0]]) == "infer.measure"]
+        if round_index == 0:
+            assert all(len(g) == 1 for g in ort_alone) and len(ort_alone) == 8
+            assert len(groups) == 8 + 2 * 2  # the PyTorch rows still share, per workload and path
+        else:
+            assert len(groups) == 2 * 2 * 2
