@@ -260,8 +260,8 @@ def main(argv: list[str] | None = None) -> int:
                 level = spec.get("ort_opt_level") or "torch"
                 spec["profile_prefix"] = str(trace_dir / (f"{spec['workload']}-{spec['row']}-{level}-opset{spec.get('opset', '-')}"
                                                           + (f"-{spec['isa']}" if spec.get("isa") else "")))
-        print(f"[bench] {len(specs)} rows x {args.rounds} rounds: round 1 a fresh process per row, later rounds one "
-              "per workload and framework", flush=True)
+        print(f"[bench] {len(specs)} rows x {args.rounds} rounds, a fresh process per workload and framework each round "
+              "(in round 1 each ONNX Runtime row alone, which measures its memory)", flush=True)
         measured = measure_rounds(
             specs, args.rounds,
             lambda s: f"{s['workload']:13} {s['row']:15} {s.get('ort_opt_level', ''):5} opset {s.get('opset', '-')}"
