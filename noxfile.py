@@ -51,11 +51,12 @@ def _entry(session: nox.Session, entry_id: str) -> dict:
     return entry
 
 
-def _install(session: nox.Session, entry: dict) -> None:
-    """The entry's pinned frameworks plus the shared tooling, into this session's virtualenv."""
+def _install(session: nox.Session, entry: dict, *, models: bool = False) -> None:
+    """The entry's pinned frameworks plus the shared tooling, into this session's virtualenv (with
+    models=True also its transformers, for the whole-model runs)."""
+    pins = matrix.pip_pins(entry, models=models)
     session.log(f"installing matrix entry '{entry['id']}' on this host's Python {sys.version.split()[0]} "
-                f"(its images use {entry['python']}): {', '.join(matrix.pip_pins(entry))}")
-    pins = matrix.pip_pins(entry)
+                f"(its images use {entry['python']}): {', '.join(pins)}")
     if entry["torch"]["index"]:
         torch_pin = next(p for p in pins if p.startswith("torch=="))
         pins.remove(torch_pin)
@@ -291,7 +292,7 @@ def new_op(session: nox.Session) -> None:
 def tests(session: nox.Session) -> None:
     """Build for the cpu entry and run the test suite (pytest options after --)."""
     entry = _entry(session, matrix.DEFAULT_ENTRY)
-    _install(session, entry)
+    _install(session, entry, models=True)
     session.install("-r", str(COMPARE))
     _build(session)
     # pytest options after --; test files or directories given there replace the whole suite
@@ -537,3 +538,29 @@ def cross_machine_diff(session: nox.Session) -> None:
             except docker.DockerError as exc:
                 session.error(str(exc))
     session.run("python", "-m", "bench.cross_machine_diff", *session.posargs)
+
+
+@nox.session
+def model(session: nox.Session) -> None:
+    """A whole model through the chain: `nox -s model -- MODEL` (llama, qwen2, or path/to/file.py:factory).
+
+    Patches it with the myops ops, proves layer 1 and layer 2, exports it, measures the rows and writes
+    results/<entry>/models/<model>/; options after MODEL go to `python -m bench.models.run` (see --help).
+    """
+    entry_id = next((a.split("=", 1)[1] for a in session.posargs if a.startswith("--entry=")), None)
+    if entry_id is None and "--entry" in session.posargs[:-1]:
+        entry_id = session.posargs[session.posargs.index("--entry") + 1]
+    entry = _entry(session, entry_id or matrix.DEFAULT_ENTRY)
+    if not entry.get("transformers"):
+        session.error(f"entry '{entry['id']}' pins no transformers in matrix.yaml: whole-model runs use the cpu entry")
+    _install(session, entry, models=True)
+    _build(session)
+    session.run("python", "-m", "bench.models.run", *session.posargs)
+
+
+@nox.session
+def fuse(session: nox.Session) -> None:
+    """Rewrite an ONNX file so each op's decomposed forms are one myops node, proven in ORT: `nox -s fuse -- IN.onnx OUT.onnx`."""
+    _install(session, _entry(session, matrix.DEFAULT_ENTRY))
+    _build(session)
+    session.run("python", "-m", "ops.fuse", *session.posargs)

@@ -4,7 +4,8 @@
             with the stored PyTorch outputs (rtol 1e-4, atol 1e-5); exit 1 on any mismatch
     dump    run every model and write the outputs (npz) plus provenance (json), for layer 3
     bench   the ONNX Runtime rows of the benchmark on this host (fresh process per row), on the CUDA EP
-            when there is one (--providers to choose); --out DIR writes them in the results/ CSV format
+            when there is one (--providers to choose); --out DIR writes them in the results/ CSV format;
+            --model FILE ... measures whole ONNX files instead (infer.model_files)
     doctor  onnxruntime, the plugin, the GPU and given ONNX files at a glance (ort_plugin/doctor.py)
 
 Artifacts come from `python -m ops.artifacts`; every file is checked against manifest.json's
@@ -147,8 +148,76 @@ ARTIFACT_HIDDEN = 768
 DEFAULT_WORKLOADS = tuple(name for name, w in WORKLOADS.items() if w.hidden == ARTIFACT_HIDDEN)
 
 
+MODEL_COLUMNS = ["entry", "file", "sha256", "inputs", "threads", "warmup", "runs", "processes", "p20_ms", "p50_ms",
+                 "p80_ms", "process_spread", "peak_mb", "execution_provider", "onnxruntime", "cpu", "host", "timestamp"]
+
+
+def bench_models(args) -> int:
+    """`bench --model FILE ...`: whole ONNX files (a model's exports, `nox -s fuse`'s output) as the lab
+    measures its ORT rows: interleaved rounds, a fresh process per file and round (infer.model_files)."""
+    import statistics
+    import subprocess
+    import time
+
+    from .rows import file_sha256
+
+    batch, _, seq = args.shape.partition("x")
+    dims = [int(batch), int(seq or batch)]
+    library = str(args.plugin or default_library())
+    check_library(library)
+    files = [Path(f) for f in args.model]
+    missing = [str(f) for f in files if not f.is_file()]
+    if missing:
+        raise ArtifactError(f"no such ONNX file: {', '.join(missing)}")
+    facts = host_facts(["CPUExecutionProvider"])
+    print(f"bench: {len(files)} model files x {args.rounds} rounds on CPUExecutionProvider ({facts['cpu']}), inputs with "
+          f"symbolic dimensions {args.shape}, {args.threads} threads")
+    measured = {f: [] for f in files}
+    for k in range(args.rounds):
+        for i in range(len(files)):
+            path = files[(i + k) % len(files)]  # each round from another file, so drift hits every file alike
+            spec = dict(path=str(path), plugin=library, dims=dims, threads=args.threads, warmup=args.warmup,
+                        runs=args.runs, int_high=args.int_high)
+            started = time.perf_counter()
+            done = subprocess.run([sys.executable, "-m", "infer.model_files", json.dumps(spec)], capture_output=True,
+                                  text=True, cwd=APP_ROOT)
+            if done.returncode != 0:
+                tail = "\n".join(done.stderr.strip().splitlines()[-8:])
+                print(f"error: {path} failed in round {k + 1}; nothing was written:\n{tail}", file=sys.stderr)
+                return 1
+            result = json.loads(done.stdout.strip().splitlines()[-1])
+            measured[path].append(result)
+            print(f"[bench round {k + 1}/{args.rounds}] {path.name:30} p50 {result['p50_ms']:9.3f} ms "
+                  f"({time.perf_counter() - started:.0f} s)", flush=True)
+    rows = []
+    for path, results in measured.items():
+        seconds = sorted(s for r in results for s in r["seconds"])
+        medians = [statistics.median(r["seconds"]) for r in results]
+        pick = lambda q: round(seconds[min(len(seconds) - 1, int(q * len(seconds)))] * 1e3, 4)  # noqa: E731
+        p50 = statistics.median(seconds)
+        rows.append(dict(entry=os.environ.get("MYOPS_MATRIX_ENTRY", "cpu"), file=path.name, sha256=file_sha256(path),
+                         inputs=json.dumps(results[0]["inputs"]), threads=args.threads, warmup=args.warmup,
+                         runs=args.runs, processes=len(results), p20_ms=pick(0.2), p50_ms=round(p50 * 1e3, 4),
+                         p80_ms=pick(0.8), process_spread=round((max(medians) - min(medians)) / p50, 4),
+                         peak_mb=results[0]["peak_mb"], execution_provider="CPUExecutionProvider",
+                         onnxruntime=facts["onnxruntime"], cpu=facts["cpu"], host=facts.get("host"),
+                         timestamp=facts.get("timestamp")))
+        print(f"  {path.name:30} p50 {rows[-1]['p50_ms']:9.3f} ms  spread over processes {rows[-1]['process_spread']:.1%}  "
+              f"peak {rows[-1]['peak_mb']} MB")
+    if args.out:
+        from lab.files import write_csv_atomic
+
+        out = Path(args.out) / rows[0]["entry"] / "model_files.csv"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        write_csv_atomic(out, rows, MODEL_COLUMNS)
+        print(f"bench: wrote {out}")
+    return 0
+
+
 def bench(args) -> int:
     """The ONNX Runtime rows on this host, each in a fresh process; rows in the benchmark's CSV format."""
+    if args.model:
+        return bench_models(args)
     import subprocess
     import tempfile
     import time
@@ -246,7 +315,16 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--exporter", help="which exported models (default: the first in the manifest)")
             p.add_argument("--opset", type=int, help="default: the newest in the artifacts")
             p.add_argument("--out", type=Path, help="write rows to OUT/<entry>/bench.csv and OUT/bench_all.csv "
-                                                    "(the results/ layout; entry from $MYOPS_MATRIX_ENTRY)")
+                                                    "(the results/ layout; entry from $MYOPS_MATRIX_ENTRY); with "
+                                                    "--model, OUT/<entry>/model_files.csv")
+            p.add_argument("--model", nargs="+", metavar="FILE",
+                           help="measure these whole ONNX files instead (a model's exports, nox -s fuse's output) on "
+                                "random inputs, the plugin registered")
+            p.add_argument("--shape", default="1x128", help="with --model: the symbolic dimensions in order of first "
+                                                            "use, BATCHxSEQ (default 1x128)")
+            p.add_argument("--rounds", type=int, default=3, help="with --model: fresh processes per file, interleaved")
+            p.add_argument("--int-high", type=int, default=32, help="with --model: integer inputs (token ids) are "
+                                                                    "drawn from [0, N)")
     from ort_plugin import doctor
 
     doctor.add_arguments(sub.add_parser("doctor", help=doctor.__doc__.splitlines()[0]))

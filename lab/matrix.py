@@ -224,11 +224,13 @@ def entry(name: str, path: Path = MATRIX) -> dict:
     return {"id": name, **entries[name]}
 
 
-def pip_pins(e: dict) -> list[str]:
-    """The Python packages of an entry, as pip requirement strings."""
+def pip_pins(e: dict, *, models: bool = False) -> list[str]:
+    """The Python packages of an entry, as pip requirement strings; with models=True also its
+    transformers (the whole-model runs and their tests: nox -s model, nox -s tests)."""
     ort = e["onnxruntime"]
     return [f"torch=={e['torch']['version']}", f"onnx=={e['onnx']}", f"onnxscript=={e['onnxscript']}",
-            f"numpy=={e['numpy']}", f"{ort['package']}=={ort['version']}"]
+            f"numpy=={e['numpy']}", f"{ort['package']}=={ort['version']}"] \
+        + ([f"transformers=={e['transformers']}"] if models and e.get("transformers") else [])
 
 
 def main(argv: list[str]) -> int:

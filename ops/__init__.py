@@ -2,11 +2,19 @@
 (ops/<name>.py, collected in ops.registry.OPS)."""
 from __future__ import annotations
 
+from .patch import apply
 from .registry import OPS
 from .rms_norm import rms_norm
 from .swish import reference, swish
 
-__all__ = ["OPS", "load", "reference", "rms_norm", "swish"]
+__all__ = ["OPS", "apply", "export_model", "load", "reference", "rms_norm", "swish"]
+
+
+def export_model(*args, **kwargs):
+    """ops.model_export.export_model (imported on first use: it needs onnx, which training code may lack)."""
+    from .model_export import export_model as export
+
+    return export(*args, **kwargs)
 
 _loaded_from: str | None = None
 

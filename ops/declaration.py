@@ -21,6 +21,16 @@ from opspec import DOMAIN, OpSpec
 Target = tuple
 
 
+class Refused(Exception):
+    """Raised by a replacement's bind(module): this module does not compute what the op does; the
+    message is the reason, which ops.apply reports."""
+
+
+# bind(module) -> (the op's weights after X, taken from the module: its own Parameters; its attributes
+# by ONNX or torch name), or raises Refused. See ops.patch.
+Bind = Callable[[torch.nn.Module], tuple[tuple, dict]]
+
+
 @dataclass(frozen=True)
 class TorchOp:
     spec: OpSpec
@@ -37,6 +47,14 @@ class TorchOp:
     artifact_attributes: dict = field(default_factory=dict)  # model -> ONNX attributes of its artifacts
     tolerances: dict = field(default_factory=lambda: {"float32": (1e-5, 1e-6)})  # layer 1 vs the reference: dtype -> (rtol, atol)
     targets: tuple[Target, ...] = ()  # at each op-alone workload; rows: "torch_extension", native_row, "ort_custom", ...
+    # What ops.apply swaps in a user's model: module classes by import path (nothing is imported to
+    # declare them) and how to read the op's arguments off each; functions held as attributes (F.silu)
+    # with the attributes they mean; classes that look alike but compute something else, with why; and
+    # class-name fragments whose undeclared classes are reported as left alone.
+    replaces: dict[str, Bind] = field(default_factory=dict)
+    replaces_functions: dict[str, dict] = field(default_factory=dict)
+    refuses: dict[str, str] = field(default_factory=dict)
+    looks_like: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:

@@ -156,48 +156,79 @@ def available_exporters() -> list[str]:
     return found
 
 
-def _export_torchscript(model, example, path: Path, *, lowering: str, opset: int, symbolic_opset: int = 1,
-                        dynamic_axes: dict | None = None, op: TorchOp) -> None:
+def check_torchscript_usable(opset: int) -> None:
+    """Raise ExportError, saying what to do, where this torch's TorchScript exporter cannot export at `opset`."""
     if not hasattr(torch.onnx, "register_custom_op_symbolic"):
         raise ExportError(f"torch {torch.__version__} has no TorchScript ONNX exporter (dynamo=False): use --exporter dynamo")
     if opset > TORCHSCRIPT_MAX_OPSET:
         raise ExportError(f"the TorchScript exporter stops at opset {TORCHSCRIPT_MAX_OPSET}; got {opset}: use --exporter dynamo")
-    name = op.torch_name
+
+
+@contextlib.contextmanager
+def torchscript_symbolics(ops, lowering: str, symbolic_opset: int = 1):
+    """Every op of `ops` registered with the TorchScript exporter for the duration, then unregistered."""
     # NOTE: the symbolic's own opset (1 here) must be <= the export opset, and it is looked up by
     # the exact schema name of TORCH_LIBRARY ("myops::swish", "myops::rms_norm").
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # unregistering a name never registered warns
-        torch.onnx.unregister_custom_op_symbolic(name, 1)
-    torch.onnx.register_custom_op_symbolic(name, op.onnx.torchscript_symbolic(lowering), symbolic_opset)
-    # torch < 2.4 has no dynamo= keyword (TorchScript is its only exporter); 2.9+ defaults it to True.
-    choose = {"dynamo": False} if "dynamo" in inspect.signature(torch.onnx.export).parameters else {}
+    for op in ops:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # unregistering a name never registered warns
+            torch.onnx.unregister_custom_op_symbolic(op.torch_name, 1)
+        torch.onnx.register_custom_op_symbolic(op.torch_name, op.onnx.torchscript_symbolic(lowering), symbolic_opset)
     try:
-        torch.onnx.export(
-            model, (example,), str(path), **choose, opset_version=opset,
-            input_names=[INPUT_NAME], output_names=[OUTPUT_NAME],
-            dynamic_axes=dynamic_axes if dynamic_axes is not None else {INPUT_NAME: DYNAMIC_AXES, OUTPUT_NAME: DYNAMIC_AXES},
-            custom_opsets={DOMAIN: DOMAIN_VERSION} if lowering == "custom" else None,
-        )
+        yield
+    finally:
+        for op in ops:
+            torch.onnx.unregister_custom_op_symbolic(op.torch_name, symbolic_opset)
+
+
+# torch < 2.4 has no dynamo= keyword (TorchScript is its only exporter); 2.9+ defaults it to True.
+def torchscript_choice() -> dict:
+    return {"dynamo": False} if "dynamo" in inspect.signature(torch.onnx.export).parameters else {}
+
+
+def _export_torchscript(model, example, path: Path, *, lowering: str, opset: int, symbolic_opset: int = 1,
+                        dynamic_axes: dict | None = None, op: TorchOp) -> None:
+    check_torchscript_usable(opset)
+    try:
+        with torchscript_symbolics((op,), lowering, symbolic_opset):
+            torch.onnx.export(
+                model, (example,), str(path), **torchscript_choice(), opset_version=opset,
+                input_names=[INPUT_NAME], output_names=[OUTPUT_NAME],
+                dynamic_axes=dynamic_axes if dynamic_axes is not None else {INPUT_NAME: DYNAMIC_AXES, OUTPUT_NAME: DYNAMIC_AXES},
+                custom_opsets={DOMAIN: DOMAIN_VERSION} if lowering == "custom" else None,
+            )
     except torch.onnx.errors.UnsupportedOperatorError as exc:
         if symbolic_opset > opset:
-            raise ExportError(f"the symbolic for {name} is registered from opset {symbolic_opset} but the export asks "
-                              f"for opset {opset}, and a symbolic only applies from its own opset up: register it with "
-                              f"opset_version <= {opset} (ops.export uses 1), or export at opset >= {symbolic_opset}") from exc
+            raise ExportError(f"the symbolic for {op.torch_name} is registered from opset {symbolic_opset} but the export "
+                              f"asks for opset {opset}, and a symbolic only applies from its own opset up: register it "
+                              f"with opset_version <= {opset} (ops.export uses 1), or export at opset >= {symbolic_opset}") from exc
         raise
-    finally:
-        torch.onnx.unregister_custom_op_symbolic(name, symbolic_opset)
 
 
 # ---------------------------------------------------------------- torch.export (dynamo) exporter
 
 def _export_dynamo(model, example, path: Path, *, lowering: str, opset: int, dynamic_axes: dict | None = None,
                    op: TorchOp) -> None:
+    check_dynamo_usable(opset)
+    from torch.export import Dim
+
+    # A float16 export relies on the optimiser folding Casts of initializers (ops/rms_norm_onnx.py);
+    # torch 2.6's exporter does not run it unless asked. float32 exports stay as each torch makes them.
+    _dynamo_save(model, (example,), {}, path, lowering=lowering, opset=opset, ops=(op,),
+                 input_names=[INPUT_NAME], output_names=[OUTPUT_NAME],
+                 dynamic_shapes={INPUT_NAME: {axis: Dim(name) for axis, name in
+                                              (dynamic_axes or {INPUT_NAME: DYNAMIC_AXES}).get(INPUT_NAME, {}).items()}},
+                 optimize=example.dtype != torch.float32)
+
+
+def check_dynamo_usable(opset: int) -> None:
+    """Raise ExportError, saying what to do, where this torch's dynamo exporter cannot emit myops nodes at `opset`."""
     try:
         import onnxscript
     except ImportError as exc:
         raise ExportError("the dynamo exporter needs onnxscript: pip install onnxscript (or use --exporter torchscript)") from exc
     try:
-        from torch.export import Dim
+        import torch.export  # noqa: F401
     except ImportError as exc:
         raise ExportError(f"torch {torch.__version__} has no torch.export: use --exporter torchscript") from exc
     if "custom_translation_table" not in inspect.signature(torch.onnx.export).parameters:
@@ -206,18 +237,19 @@ def _export_dynamo(model, example, path: Path, *, lowering: str, opset: int, dyn
                           "(custom_translation_table needs torch >= 2.6): use --exporter torchscript")
     if opset > dynamo_max_opset():
         raise ExportError(f"the dynamo exporter (onnxscript {onnxscript.__version__}) stops at opset {dynamo_max_opset()}; got {opset}")
+
+
+def _dynamo_save(model, args: tuple, kwargs: dict, path: Path, *, lowering: str, opset: int, ops, input_names,
+                 output_names, dynamic_shapes, optimize: bool = False) -> None:
+    """torch.onnx.export(dynamo=True) with every op of `ops` translated, at `opset` (built at >= 18 and
+    converted down), source paths normalised, saved to `path`."""
     build_opset = max(opset, DYNAMO_MIN_OPSET)
-    # A float16 export relies on the optimiser folding Casts of initializers (ops/rms_norm_onnx.py);
-    # torch 2.6's exporter does not run it unless asked. float32 exports stay as each torch makes them.
-    narrow = example.dtype != torch.float32
-    optimize = {"optimize": True} if narrow and "optimize" in inspect.signature(torch.onnx.export).parameters else {}
+    optimize_arg = {"optimize": True} if optimize and "optimize" in inspect.signature(torch.onnx.export).parameters else {}
     program = torch.onnx.export(
-        model, (example,), dynamo=True, opset_version=build_opset,
-        input_names=[INPUT_NAME], output_names=[OUTPUT_NAME],
-        dynamic_shapes={INPUT_NAME: {axis: Dim(name) for axis, name in
-                                     (dynamic_axes or {INPUT_NAME: DYNAMIC_AXES}).get(INPUT_NAME, {}).items()}},
-        custom_translation_table={op.overload(): op.onnx.dynamo_translation(lowering, build_opset)},
-        verbose=False, **optimize,
+        model, args, kwargs=kwargs or None, dynamo=True, opset_version=build_opset,
+        input_names=input_names, output_names=output_names, dynamic_shapes=dynamic_shapes,
+        custom_translation_table={op.overload(): op.onnx.dynamo_translation(lowering, build_opset) for op in ops},
+        verbose=False, **optimize_arg,
     )
     proto = program.model_proto
     built = next(o.version for o in proto.opset_import if o.domain in ("", "ai.onnx"))

@@ -8,7 +8,7 @@ import torch
 
 from opspec import OPS
 
-from .declaration import TorchOp
+from .declaration import Refused, TorchOp
 
 _registered = False
 
@@ -88,6 +88,53 @@ def _register_autograd_before_2_4() -> None:
     _autograd_library.impl("rms_norm", lambda x, weight, eps=1e-6: _RMSNormFunction.apply(x, weight, eps), "Autograd")
 
 
+# ---------------------------------------------------------------- what ops.apply swaps
+
+# Hugging Face's RMSNorms that compute x * rsqrt(mean(x^2) + eps) * weight in float32 (transformers 4.x
+# and 5.x): the weight as it is, eps added inside the root. Held here by import path only.
+HF_RMS_NORMS = tuple(f"transformers.models.{family}.modeling_{family}.{name}RMSNorm" for family, name in (
+    ("llama", "Llama"), ("qwen2", "Qwen2"), ("qwen3", "Qwen3"), ("mistral", "Mistral"), ("mixtral", "Mixtral"),
+    ("phi3", "Phi3"), ("olmo2", "Olmo2"), ("granite", "Granite")))
+# Same name, other math: Gemma's scale by (1 + weight), and its weight starts at zero.
+GEMMA_REASON = ("scales by (1 + weight), where myops::rms_norm scales by weight: a Gemma-style weight offset "
+                "(swapping it would silently change every output)")
+REFUSED = {f"transformers.models.{family}.modeling_{family}.{name}RMSNorm": GEMMA_REASON
+           for family, name in (("gemma", "Gemma"), ("gemma2", "Gemma2"), ("gemma3", "Gemma3"))}
+# myops::rms_norm's kernels: float32 on the CPU; float32, float16 and bfloat16 on CUDA.
+KERNEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def _weight_of(module: torch.nn.Module) -> torch.Tensor:
+    weight = getattr(module, "weight", None)
+    if not isinstance(weight, torch.Tensor) or weight.dim() != 1:
+        raise Refused(f"its weight is {None if weight is None else list(weight.shape)}, not one scale per channel")
+    if weight.dtype not in KERNEL_DTYPES:
+        raise Refused(f"its weight is {weight.dtype}: myops::rms_norm's kernels take float32 (and float16, bfloat16 "
+                      "on CUDA); a float64 path would lose precision silently")
+    return weight
+
+
+def _bind_hf(module: torch.nn.Module) -> tuple[tuple, dict]:
+    eps = getattr(module, "variance_epsilon", None)
+    if not isinstance(eps, float):
+        raise Refused(f"its epsilon (variance_epsilon) is {eps!r}, not a float")
+    return (_weight_of(module),), {"eps": eps}
+
+
+def _bind_torch(module: torch.nn.Module) -> tuple[tuple, dict]:
+    """torch.nn.RMSNorm: one normalised dimension; eps=None means float32's machine epsilon for a float32 input."""
+    if len(module.normalized_shape) != 1:
+        raise Refused(f"it normalises over the last {len(module.normalized_shape)} dimensions "
+                      f"{list(module.normalized_shape)}; myops::rms_norm over the last one")
+    if module.weight is None:
+        weight = torch.ones(module.normalized_shape)
+    else:
+        weight = _weight_of(module)
+    if module.eps is None and weight.dtype != torch.float32:
+        raise Refused(f"eps=None follows the input's dtype ({weight.dtype} here); give it an eps")
+    return (weight,), {"eps": module.eps if module.eps is not None else torch.finfo(torch.float32).eps}
+
+
 def _native(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return torch.nn.functional.rms_norm(x, weight.shape, weight, eps)
 
@@ -108,6 +155,9 @@ OP = TorchOp(
     tolerances={"float32": (2e-6, 2e-6)},
     # ORT's own kernel for the decomposed graph is the SimplifiedLayerNormalization its default level
     # fuses it into.
+    replaces={**{path: _bind_hf for path in HF_RMS_NORMS}, "torch.nn.modules.normalization.RMSNorm": _bind_torch},
+    refuses=REFUSED,
+    looks_like=("RMSNorm",),
     targets=(("extension op vs F.rms_norm", "torch_extension", ("torch_rms_norm",), 1.0),
              ("ORT custom op vs ORT composite (default level: SimplifiedLayerNormalization)", "ort_custom",
               ("ort_composite_all",), 1.0)),

@@ -163,3 +163,104 @@ def dynamo_translation(lowering: str, opset: int):
         return op.Mul(op.Div(x, root), weight)
 
     return decomposed
+
+
+# Defaults of the fused nodes ops.fuse reads: ORT's SimplifiedLayerNormalization (epsilon 1e-5, axis -1:
+# onnxruntime/core/graph/contrib_ops/contrib_defs.cc) and ai.onnx RMSNormalization (the same, opset 23).
+FUSED_NODE_DEFAULTS = {"epsilon": 1e-5, "axis": -1, "stash_type": 1}
+
+
+def fuse_rules(report) -> list:
+    """ops.fuse's onnxscript rules: every form of RMSNorm that exporters and ORT write -> one myops::RMSNorm.
+    x / Sqrt(ReduceMean(x^2) + eps) * w (this file's decomposed lowering), x * Reciprocal(Sqrt(...)) * w
+    (torch.rsqrt as both exporters write it: Hugging Face's LlamaRMSNorm), x*x in place of Pow(x, 2), and
+    the fused nodes of an optimised file: ORT's SimplifiedLayerNormalization and ai.onnx RMSNormalization.
+    Only a mean over the last axis with a constant epsilon and one scale per channel is this op."""
+    from onnxscript.rewriter import pattern
+
+    from .fuse import float_input, scalar, where
+
+    pending = {}  # the matched node's epsilon, from check to rewrite (called in turn for each match)
+
+    def squares(op, x, two):
+        return pattern.OrValue([op.Pow(x, two), op.Mul(x, x)])
+
+    def root(op, x, two, eps):
+        mean = op.ReduceMean(squares(op, x, two), _allow_other_inputs=True, _allow_other_attributes=True,
+                             _outputs=["mean"])
+        return op.Sqrt(op.Add(mean, eps))
+
+    def divided(op, x, two, eps, scale):
+        return op.Mul(op.Div(x, root(op, x, two, eps)), scale)
+
+    def reciprocal(op, x, two, eps, scale):
+        return op.Mul(op.Mul(x, op.Reciprocal(root(op, x, two, eps))), scale)
+
+    def refuse(form: str, value, reason: str):
+        report.refuse(SPEC.name, form, where(value), reason)
+        return pattern.MatchResult().fail(reason)
+
+    def last_axis(axes, rank) -> bool:
+        return len(axes) == 1 and (axes[0] == -1 or (rank is not None and axes[0] == rank - 1))
+
+    def rank(x):
+        return len(x.shape) if x.shape is not None else None
+
+    def decomposed_check(form: str):
+        def check(context, x, two, eps, scale, mean, **_):
+            if not float_input(report, SPEC.name, form, x):
+                return False
+            if two is not None and scalar(two) != 2.0:
+                return pattern.MatchResult().fail("not a square")
+            mean_node = mean.producer()
+            axes_input = mean_node.inputs[1] if len(mean_node.inputs) > 1 else None
+            axes = (axes_input.const_value.numpy().tolist() if axes_input is not None and axes_input.const_value is not None
+                    else list(mean_node.attributes["axes"].as_ints()) if "axes" in mean_node.attributes else None)
+            if axes is None or not last_axis(axes, rank(x)):
+                return refuse(form, mean, f"the mean is over axes {axes}, not the last one")
+            if mean_node.attributes.get("keepdims") is not None and mean_node.attributes["keepdims"].as_int() != 1:
+                return refuse(form, mean, "the mean drops its axis (keepdims 0)")
+            epsilon = scalar(eps)
+            if epsilon is None:
+                return refuse(form, eps, f"epsilon ({eps.name}) is not a one-element constant")
+            if scale.shape is None or len(scale.shape) != 1:
+                return refuse(form, scale, f"the scale ({scale.name}) is not one value per channel (shape "
+                                           f"{None if scale.shape is None else list(scale.shape)})")
+            pending["epsilon"] = epsilon
+            return True
+        return check
+
+    def rms_norm(op, x, scale, form: str):
+        report.replace(SPEC.name, form)
+        return op.RMSNorm(x, scale, epsilon=float(pending.pop("epsilon")), _domain=DOMAIN)
+
+    def fused_check(form: str):
+        def check(context, x, scale, **_):
+            node = context.root
+            attributes = {k: node.attributes[k].value if k in node.attributes else v
+                          for k, v in FUSED_NODE_DEFAULTS.items()}
+            if not float_input(report, SPEC.name, form, x):
+                return False
+            if not last_axis([attributes["axis"]], rank(x)):
+                return refuse(form, node.outputs[0], f"normalised over axis {attributes['axis']}, not the last one")
+            if attributes["stash_type"] != 1:
+                return refuse(form, node.outputs[0], "stash_type is not float (the op accumulates in float32)")
+            if any(out.uses() for out in node.outputs[1:]):
+                return refuse(form, node.outputs[0], "its mean or inverse-std output is used")
+            pending["epsilon"] = float(attributes["epsilon"])
+            return True
+        return check
+
+    def simplified(op, x, scale):
+        return op.SimplifiedLayerNormalization(x, scale, _allow_other_attributes=True)
+
+    def standard(op, x, scale):
+        return op.RMSNormalization(x, scale, _allow_other_attributes=True)
+
+    forms = {"x/Sqrt(mean(x^2)+eps)*w": divided, "x*Reciprocal(Sqrt(mean(x^2)+eps))*w": reciprocal}
+    found = [pattern.RewriteRule(target, lambda op, x, scale, form=form, **_: rms_norm(op, x, scale, form),
+                                 decomposed_check(form), name=f"rms-norm {form}") for form, target in forms.items()]
+    for form, target in {"SimplifiedLayerNormalization": simplified, "ai.onnx RMSNormalization": standard}.items():
+        found.append(pattern.RewriteRule(target, lambda op, x, scale, form=form, **_: rms_norm(op, x, scale, form),
+                                         fused_check(form), name=f"rms-norm {form}"))
+    return found

@@ -96,6 +96,25 @@ class SwishFFN(torch.nn.Module):
         return self.down(self.activation(self.up(x), self.beta))
 
 
+# ---------------------------------------------------------------- what ops.apply swaps
+
+def _fixed_beta(beta: float):
+    """A module whose forward is x * sigmoid(beta * x) with this constant beta (it has no state)."""
+    def bind(module: torch.nn.Module) -> tuple[tuple, dict]:
+        return (), {"beta": beta}
+    return bind
+
+
+# Modules by import path (transformers' are only named, never imported, here). QuickGELU is Swish with
+# beta 1.702: `input * torch.sigmoid(1.702 * input)` in transformers 4.x and 5.x.
+REPLACES = {
+    "torch.nn.modules.activation.SiLU": _fixed_beta(1.0),
+    "transformers.activations.SiLUActivation": _fixed_beta(1.0),    # ACT2FN["silu"] in transformers 5
+    "transformers.activations.QuickGELUActivation": _fixed_beta(1.702),
+}
+REPLACES_FUNCTIONS = {"torch.nn.functional.silu": {"beta": 1.0}}
+
+
 OP = TorchOp(
     spec=OPS["swish"],
     function=swish,
@@ -106,6 +125,9 @@ OP = TorchOp(
     native_text="F.silu",
     native_applies=lambda attributes: attributes["beta"] == 1.0,  # F.silu is Swish at beta 1 only
     extra_models={"ffn": SwishFFN},
+    replaces=REPLACES,
+    replaces_functions=REPLACES_FUNCTIONS,
+    looks_like=("SiLU", "Swish"),
     artifact_seeds={"swish": 101, "ffn": 202},
     artifact_attributes={"swish": {"beta": 1.702}},
     # Layer 1 on the CPU (tests/test_swish_extension.py): atol 1e-6 as the brief asks, plus torch's

@@ -104,3 +104,58 @@ def dynamo_translation(lowering: str, opset: int):
         return op.Mul(x, op.Sigmoid(z))
 
     return decomposed
+
+
+def fuse_rules(report) -> list:
+    """ops.fuse's onnxscript rules: every form of Swish that exporters and ORT write -> one myops::Swish.
+    x*Sigmoid(x) (both exporters, F.silu), x*Sigmoid(c*x) with a constant c (this file's decomposed
+    lowering, QuickGELU), ai.onnx Swish (opset 24) and ORT's com.microsoft QuickGelu (its fusion of both
+    in an optimised file). Mul's operand order is covered by ops.fuse's commute."""
+    from onnxscript.rewriter import pattern
+
+    from .fuse import float_input, scalar, where
+
+    def swish(op, x, beta: float, form: str):
+        report.replace(SPEC.name, form)
+        return op.Swish(x, beta=float(beta), _domain=DOMAIN)
+
+    def plain(op, x):
+        return op.Mul(x, op.Sigmoid(x))
+
+    def scaled(op, x, c):
+        return op.Mul(x, op.Sigmoid(op.Mul(x, c)))
+
+    def plain_float(context, x, **_):
+        return float_input(report, SPEC.name, "x*Sigmoid(x)", x)
+
+    def scaled_constant(context, x, c, **_):
+        if not float_input(report, SPEC.name, "x*Sigmoid(c*x)", x):
+            return False
+        if scalar(c) is None:
+            report.refuse(SPEC.name, "x*Sigmoid(c*x)", where(c), f"c ({c.name}) is not a one-element constant, so "
+                          "beta is not known before run time")
+            return pattern.MatchResult().fail("beta is not a constant")
+        return True
+
+    def standard(op, x, alpha):
+        return op.Swish(x, alpha=alpha)
+
+    def quick_gelu(op, x, alpha):
+        return op.QuickGelu(x, alpha=alpha, _domain="com.microsoft")
+
+    def quick_gelu_default(op, x):
+        return op.QuickGelu(x, _domain="com.microsoft", _allow_other_attributes=False)
+
+    return [
+        pattern.RewriteRule(plain, lambda op, x: swish(op, x, 1.0, "x*Sigmoid(x)"), plain_float,
+                            name="swish-plain"),
+        pattern.RewriteRule(scaled, lambda op, x, c: swish(op, x, scalar(c), "x*Sigmoid(c*x)"), scaled_constant,
+                            name="swish-scaled"),
+        pattern.RewriteRule(standard, lambda op, x, alpha: swish(op, x, alpha.as_float(), "ai.onnx Swish"),
+                            name="swish-standard"),
+        pattern.RewriteRule(quick_gelu, lambda op, x, alpha: swish(op, x, alpha.as_float(), "com.microsoft QuickGelu"),
+                            name="swish-quick-gelu"),
+        # QuickGelu's alpha defaults to 1.702 (onnxruntime/core/graph/contrib_ops/contrib_defs.cc, QuickGelu)
+        pattern.RewriteRule(quick_gelu_default, lambda op, x: swish(op, x, 1.702, "com.microsoft QuickGelu"),
+                            name="swish-quick-gelu-default"),
+    ]

@@ -1,0 +1,188 @@
+"""Put the myops ops into a model a user already has: `ops.apply(model)`.
+
+Each op declares, in ops/<op>.py, the module classes it stands in for (TorchOp.replaces: Hugging
+Face's LlamaRMSNorm, torch.nn.SiLU ...), the functions (TorchOp.replaces_functions: F.silu held as an
+attribute) and the look-alikes it must refuse with a reason (TorchOp.refuses: Gemma's RMSNorm scales
+by 1 + weight). apply() walks the model once, swaps every declared module for a `Fused` module that
+keeps the original's own Parameters (the state dict and an optimiser's references stay valid), and
+returns a Patch: what was swapped, what was left alone and why, and undo().
+
+Classes are matched exactly, by import path: a subclass may have changed forward, so it is left
+alone with the reason, as is any module whose class name looks like an op's (looks_like) but is not
+declared.
+"""
+from __future__ import annotations
+
+import types
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+import torch
+
+from .declaration import Refused, TorchOp
+from .registry import OPS
+
+
+class PatchError(ValueError):
+    """apply() was asked for something it cannot do; the message says what to ask instead."""
+
+
+def class_path(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+class Fused(torch.nn.Module):
+    """One myops op in place of the module (or function) it replaced: that module's own Parameters, the
+    op's attributes as constants."""
+
+    def __init__(self, op: TorchOp, weights: tuple, attributes: dict, replaced: str):
+        super().__init__()
+        self.op_name = op.name
+        self.replaced = replaced
+        self.attributes = op.attributes(**attributes)
+        for name, value in zip(op.weights, weights, strict=True):
+            if isinstance(value, torch.nn.Parameter):
+                self.register_parameter(name, value)
+            else:  # a module without its own weight (nn.RMSNorm without affine): ones, not in the state dict
+                self.register_buffer(name, value, persistent=False)
+
+    def forward(self, x):
+        op = OPS[self.op_name]
+        return op.function(x, *(getattr(self, name) for name in op.weights), *self.attributes.values())
+
+    def extra_repr(self) -> str:
+        attributes = ", ".join(f"{k}={v:g}" for k, v in self.attributes.items())
+        return f"myops::{self.op_name} in place of {self.replaced}" + (f", {attributes}" if attributes else "")
+
+
+@dataclass(frozen=True)
+class Swap:
+    path: str           # where in the model: "model.layers.0.input_layernorm"
+    op: str
+    replaced: str       # the class (or function) it stood in for
+    attributes: dict
+
+
+@dataclass(frozen=True)
+class LeftAlone:
+    path: str
+    replaced: str
+    reason: str
+
+
+@dataclass
+class Patch:
+    """What apply() did to a model; undo() puts every original back."""
+    model: torch.nn.Module
+    swapped: list[Swap] = field(default_factory=list)
+    left_alone: list[LeftAlone] = field(default_factory=list)
+    _restore: list[Callable[[], None]] = field(default_factory=list, repr=False)
+
+    def counts(self) -> Counter:
+        """Swaps per op (torch name): how many myops nodes a custom export of one forward must hold,
+        where each swapped module is called once."""
+        return Counter(swap.op for swap in self.swapped)
+
+    def undo(self) -> None:
+        while self._restore:
+            self._restore.pop()()
+        self.swapped.clear()
+
+    def __enter__(self) -> "Patch":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.undo()
+
+    def report(self) -> str:
+        lines = [f"swapped {len(self.swapped)} modules: "
+                 + (", ".join(f"{n} x myops::{op}" for op, n in sorted(self.counts().items())) or "none")]
+        by_kind = Counter((s.op, s.replaced, tuple(sorted(s.attributes.items()))) for s in self.swapped)
+        for (op, replaced, attributes), n in sorted(by_kind.items()):
+            shown = ", ".join(f"{k} {v:g}" for k, v in attributes)
+            lines.append(f"  {n:3} x {replaced} -> myops::{op}" + (f" ({shown})" if shown else ""))
+        if self.left_alone:
+            lines.append(f"left alone {len(self.left_alone)}:")
+            lines += [f"  {item.path}: {item.replaced}: {item.reason}" for item in self.left_alone]
+        return "\n".join(lines)
+
+
+def _chosen(ops: Iterable[str] | None) -> list[TorchOp]:
+    if ops is None:
+        return list(OPS.values())
+    names = list(ops)
+    unknown = sorted(set(names) - set(OPS))
+    if unknown:
+        raise PatchError(f"unknown op {unknown}; the ops are {', '.join(OPS)}")
+    return [OPS[name] for name in names]
+
+
+def _function_path(value) -> str | None:
+    if isinstance(value, (types.FunctionType, types.BuiltinFunctionType)):
+        return f"{value.__module__}.{value.__qualname__}"
+    return None
+
+
+def apply(model: torch.nn.Module, ops: Iterable[str] | None = None) -> Patch:
+    """Swap, in place, every module (and function attribute) of `model` that one of `ops` (default:
+    every registered op) declares it replaces. Returns the Patch: its report(), counts() and undo()."""
+    from . import load
+
+    chosen = _chosen(ops)
+    load()
+    patch = Patch(model)
+    declared = {path: (op, bind) for op in chosen for path, bind in op.replaces.items()}
+    refused = {path: reason for op in chosen for path, reason in op.refuses.items()}
+    functions = {path: (op, attributes) for op in chosen for path, attributes in op.replaces_functions.items()}
+    hints = [(fragment.lower(), op) for op in chosen for fragment in op.looks_like]
+    classes = {}  # declared classes that are importable here: for the subclass check
+    for path in declared:
+        module_name, _, name = path.rpartition(".")
+        try:
+            classes[path] = getattr(__import__(module_name, fromlist=[name]), name)
+        except (ImportError, AttributeError):
+            pass
+
+    for parent_path, parent in list(model.named_modules()):
+        if isinstance(parent, Fused):
+            continue
+        prefix = f"{parent_path}." if parent_path else ""
+        for name, child in list(parent.named_children()):
+            path, cls = prefix + name, class_path(type(child))
+            if cls in declared:
+                op, bind = declared[cls]
+                try:
+                    weights, attributes = bind(child)
+                except Refused as exc:
+                    patch.left_alone.append(LeftAlone(path, cls, str(exc)))
+                    continue
+                fused = Fused(op, weights, attributes, cls)
+                setattr(parent, name, fused)
+                patch._restore.append(lambda parent=parent, name=name, child=child: setattr(parent, name, child))
+                patch.swapped.append(Swap(path, op.name, cls, dict(fused.attributes)))
+            elif cls in refused:
+                patch.left_alone.append(LeftAlone(path, cls, refused[cls]))
+            elif base := next((p for p, c in classes.items() if isinstance(child, c)), None):
+                patch.left_alone.append(LeftAlone(path, cls, f"a subclass of {base}, whose forward it may change: "
+                                                             f"declare {cls} in ops/{declared[base][0].name}.py "
+                                                             "(TorchOp.replaces) if it computes the same"))
+            elif op := next((op for fragment, op in hints if fragment in type(child).__name__.lower()), None):
+                patch.left_alone.append(LeftAlone(path, cls, f"looks like myops::{op.name} but is not declared: if its "
+                                                             f"forward is {op.reference_text}, declare it in "
+                                                             f"ops/{op.name}.py (TorchOp.replaces)"))
+        for name, value in list(vars(parent).items()):
+            function = _function_path(value)
+            if function in functions:
+                op, attributes = functions[function]
+                fused = Fused(op, (), attributes, function)
+                object.__delattr__(parent, name)
+                setattr(parent, name, fused)
+
+                def restore(parent=parent, name=name, value=value):
+                    delattr(parent, name)
+                    object.__setattr__(parent, name, value)
+
+                patch._restore.append(restore)
+                patch.swapped.append(Swap(prefix + name, op.name, function, dict(fused.attributes)))
+    return patch

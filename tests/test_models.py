@@ -1,0 +1,243 @@
+"""Bring your own model: ops.apply on real Hugging Face models (from their configs, no download),
+ops.export_model, and `python -m bench.models.run` end to end on both built-in families and on a
+user's own factory file."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parent.parent
+transformers = pytest.importorskip("transformers", reason="the cpu entry pins transformers (matrix.yaml)")
+
+
+def tiny(family: str, **overrides):
+    from bench.models.catalog import BUILT_IN
+
+    config_class, model_class, sizes, _ = BUILT_IN[f"{family}-tiny"]
+    torch.manual_seed(0)
+    config = getattr(transformers, config_class)(**{**sizes, "use_cache": False, **overrides})
+    return getattr(transformers, model_class)(config).eval()
+
+
+# ---------------------------------------------------------------- ops.apply
+
+@pytest.mark.parametrize("family, norms", [("llama", 5), ("qwen2", 5)])
+def test_apply_swaps_every_norm_and_activation_and_keeps_the_outputs(ext, family, norms):
+    model = tiny(family)
+    ids = torch.randint(0, 1000, (2, 9))
+    with torch.no_grad():
+        expected = model(input_ids=ids).logits
+    weights = {name: p for name, p in model.named_parameters()}
+    patch = ext.apply(model)
+    assert patch.counts() == {"rms_norm": norms, "swish": 2}, patch.report()
+    # the model's own Parameters stay: an optimiser built before apply() keeps training them
+    assert {name: p for name, p in model.named_parameters()}.keys() == weights.keys()
+    assert all(p is weights[name] for name, p in model.named_parameters())
+    assert "myops::rms_norm in place of transformers.models" in repr(model)
+    with torch.no_grad():
+        got = model(input_ids=ids).logits
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)
+    patch.undo()
+    assert "myops" not in repr(model)
+    with torch.no_grad():
+        assert torch.equal(model(input_ids=ids).logits, expected)
+
+
+def test_apply_reads_beta_and_eps_off_each_module(ext):
+    model = torch.nn.Sequential(torch.nn.RMSNorm(8, eps=1e-3), transformers.activations.QuickGELUActivation(),
+                                torch.nn.SiLU(), torch.nn.RMSNorm(8, elementwise_affine=False))
+    x = torch.randn(3, 8)
+    expected = model(x)
+    with ext.apply(model) as patch:
+        attributes = [(swap.op, swap.attributes) for swap in patch.swapped]
+        assert attributes == [("rms_norm", {"epsilon": 1e-3}), ("swish", {"beta": 1.702}), ("swish", {"beta": 1.0}),
+                              ("rms_norm", {"epsilon": torch.finfo(torch.float32).eps})]
+        torch.testing.assert_close(model(x), expected, rtol=1e-5, atol=1e-6)
+    assert isinstance(model[1], transformers.activations.QuickGELUActivation)
+
+
+def test_apply_swaps_a_function_held_as_an_attribute(ext):
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.act = torch.nn.functional.silu
+            self.proj = torch.nn.Linear(4, 4)
+
+        def forward(self, x):
+            return self.act(self.proj(x))
+
+    block = Block()
+    x = torch.randn(2, 4)
+    expected = block(x)
+    patch = ext.apply(block)
+    assert [(s.path, s.replaced) for s in patch.swapped] == [("act", "torch.nn.functional.silu")]
+    torch.testing.assert_close(block(x), expected, rtol=1e-5, atol=1e-6)
+    patch.undo()
+    assert block.act is torch.nn.functional.silu
+
+
+def test_apply_refuses_gemma_subclasses_lookalikes_and_float64_with_the_reason(ext):
+    gemma = transformers.GemmaConfig(hidden_size=64, intermediate_size=128, num_attention_heads=2,
+                                     num_key_value_heads=1, num_hidden_layers=1, vocab_size=100, head_dim=32)
+    model = transformers.GemmaForCausalLM(gemma).eval()
+    patch = ext.apply(model)
+    assert patch.counts()["rms_norm"] == 0
+    reasons = {item.reason for item in patch.left_alone if "RMSNorm" in item.replaced}
+    assert len(reasons) == 1 and "1 + weight" in next(iter(reasons))
+
+    class MyRMSNorm(torch.nn.RMSNorm):  # a subclass may change forward
+        pass
+
+    class FancyRMSNorm(torch.nn.Module):  # looks like one, declared nowhere
+        def forward(self, x):
+            return x
+
+    wide = torch.nn.RMSNorm(8).double()
+    model = torch.nn.Sequential(MyRMSNorm(8), FancyRMSNorm(), wide)
+    patch = ext.apply(model)
+    assert not patch.swapped
+    why = {item.path: item.reason for item in patch.left_alone}
+    assert "a subclass of torch.nn.modules.normalization.RMSNorm" in why["0"]
+    assert "looks like myops::rms_norm but is not declared" in why["1"] and "ops/rms_norm.py" in why["1"]
+    assert "torch.float64" in why["2"]
+    assert "left alone 3" in patch.report()
+
+
+def test_apply_names_unknown_ops():
+    from ops.patch import PatchError, apply
+
+    with pytest.raises(PatchError, match="unknown op \\['gelu'\\]; the ops are swish, rms_norm|unknown op"):
+        apply(torch.nn.SiLU(), ops=["gelu"])
+
+
+# ---------------------------------------------------------------- ops.export_model
+
+def test_export_model_writes_int_inputs_and_counts_the_swapped_ops(ext, tmp_path, plugin_path):
+    import onnxruntime as ort
+
+    from ort_plugin import register
+
+    model = tiny("llama")
+    patch = ext.apply(model)
+    ids = torch.randint(0, 1000, (2, 8))
+    result = ext.export_model(model, {"input_ids": ids, "use_cache": False}, tmp_path / "llama.onnx",
+                              dynamic_shapes={"input_ids": {0: "batch", 1: "seq"}})
+    assert result.inputs == ["input_ids"] and result.outputs == ["logits"]
+    assert result.myops_nodes == {"RMSNorm": 5, "Swish": 2} == {
+        ext.OPS[op].spec.onnx_type: n for op, n in patch.counts().items()}
+    options = ort.SessionOptions()
+    register(options, plugin_path)
+    session = ort.InferenceSession(result.path, options, providers=["CPUExecutionProvider"])
+    other = torch.randint(0, 1000, (3, 5))
+    with torch.no_grad():
+        expected = model(input_ids=other).logits.numpy()
+    np.testing.assert_allclose(session.run(None, {"input_ids": other.numpy()})[0], expected, rtol=1e-4, atol=1e-5)
+
+
+def test_export_model_says_how_to_avoid_the_kv_cache(ext, tmp_path):
+    from ops.export import ExportError
+
+    model = tiny("qwen2", use_cache=True)
+    with pytest.raises(ExportError, match="use_cache=False"):
+        ext.export_model(model, {"input_ids": torch.randint(0, 1000, (1, 4))}, tmp_path / "m.onnx")
+    assert not list(tmp_path.iterdir())
+
+
+class TwoInTwoOut(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.norm = torch.nn.RMSNorm(16)
+        self.act = torch.nn.SiLU()
+        self.proj = torch.nn.Linear(16, 16)
+
+    def forward(self, x, y):
+        h = self.norm(self.proj(x) + y)
+        return self.act(h), h.sum(-1)
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+@pytest.mark.parametrize("lowering", ["custom", "decomposed"])
+def test_export_model_takes_several_inputs_and_outputs(ext, tmp_path, exporter, lowering):
+    model = TwoInTwoOut()
+    ext.apply(model)
+    x, y = torch.randn(2, 5, 16), torch.randn(2, 5, 16)
+    result = ext.export_model(model, (x, y), tmp_path / "m.onnx", exporter=exporter, lowering=lowering, opset=17,
+                              dynamic_shapes={"x": {0: "batch", 1: "seq"}, "y": {0: "batch", 1: "seq"}})
+    assert result.inputs == ["x", "y"] and result.outputs == ["output_0", "output_1"]
+    assert result.myops_nodes == ({"RMSNorm": 1, "Swish": 1} if lowering == "custom" else {})
+
+
+# ---------------------------------------------------------------- python -m bench.models.run
+
+def run_model(spec: str, results: Path, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "bench.models.run", spec, "--results", str(results), "--rounds", "1",
+                           "--runs", "2", "--warmup", "1", "--pairs", "2", "--target-processes", "1",
+                           "--profile-runs", "2", "--shape", "1x16", *extra],
+                          capture_output=True, text=True, cwd=REPO, timeout=900)
+
+
+@pytest.mark.parametrize("family", ["llama-tiny", "qwen2-tiny"])
+def test_model_run_passes_every_step_and_writes_its_results(ext, plugin_path, tmp_path, family):
+    done = run_model(family, tmp_path)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    out = tmp_path / "cpu" / "models" / family
+    steps = (out / "steps.csv").read_text()
+    for step in ("patch", "layer 1", "export", "layer 2", "graphs"):
+        assert f"{step},PASS" in steps
+    rows = (out / "bench.csv").read_text()
+    for row in ("torch_original", "torch_patched", "ort_original", "ort_decomposed", "ort_custom"):
+        assert f",{row}," in rows
+    assert "myops::RMSNorm" in rows and "myops::Swish" in rows
+    targets = (out / "targets.csv").read_text()
+    assert "ort_custom,ort_original" in targets and "torch_patched,torch_original" in targets
+    assert "rms_norm" in targets  # the ops' share of the time stands beside each target
+    graphs = (out / "graphs.csv").read_text()
+    assert "original.onnx,Reciprocal" in graphs  # the form ORT's optimizer does not fuse, recorded
+    assert (out / "summary.md").read_text().startswith(f"# {family}")
+
+
+USER_MODEL = '''
+import numpy as np
+import torch
+
+
+class Mine(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.up = torch.nn.Linear(32, 64)
+        self.act = torch.nn.SiLU()
+        self.norm = torch.nn.RMSNorm(64, eps=1e-5)
+        self.down = torch.nn.Linear(64, 32)
+
+    def forward(self, features):
+        return self.down(self.norm(self.act(self.up(features))))
+
+
+def make():
+    def inputs(batch, seq, seed):
+        return {"features": np.random.default_rng(seed).standard_normal((batch, seq, 32)).astype(np.float32)}
+    return {"model": Mine().eval(), "inputs": inputs, "description": "a user's block"}
+'''
+
+
+def test_model_run_takes_a_users_factory_and_refuses_what_it_cannot_use(ext, plugin_path, tmp_path):
+    source = tmp_path / "mine.py"
+    source.write_text(USER_MODEL)
+    done = run_model(f"{source}:make", tmp_path / "results")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    out = tmp_path / "results" / "cpu" / "models" / "mine-make"
+    assert "2 modules swapped (1 x myops::rms_norm, 1 x myops::swish)" in (out / "steps.csv").read_text()
+
+    done = run_model(f"{source}:missing", tmp_path / "results2")
+    assert done.returncode == 1 and "has no function 'missing'" in done.stdout
+    assert "nothing was written" in done.stdout and not (tmp_path / "results2").exists()
+    source.write_text(USER_MODEL.replace("torch.nn.SiLU()", "torch.nn.GELU()").replace("torch.nn.RMSNorm(64, eps=1e-5)",
+                                                                                      "torch.nn.LayerNorm(64)"))
+    done = run_model(f"{source}:make", tmp_path / "results3")
+    assert done.returncode == 1 and "ops.apply swapped nothing" in done.stdout
