@@ -18,14 +18,15 @@ def _umask() -> int:
     return 0o022
 
 
-def write_text_atomic(path: Path, text: str) -> None:
+def write_text_atomic(path: Path, text: str | bytes) -> None:
+    """Text, or bytes (an ONNX file), into `path` through a temporary file beside it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
         # mkstemp makes 0600 files; a result or lock file gets the mode any new file would. (A lock
         # file's mode is part of the Docker layer cache key: 0600 here vs 0644 in a clone rebuilt all.)
         os.fchmod(fd, 0o666 & ~_umask())
-        with os.fdopen(fd, "w") as handle:
+        with os.fdopen(fd, "wb" if isinstance(text, bytes) else "w") as handle:
             handle.write(text)
         os.replace(tmp, path)
     except BaseException:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -20,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from lab.files import write_text_atomic
 from opspec import DOMAIN, DOMAIN_VERSION
 
 # Layer 2's tolerance (tests/test_alignment_onnx.py): ORT with the plugin against its reference.
@@ -206,15 +206,7 @@ def fuse(source: str | os.PathLike, target: str | os.PathLike, *, plugin: str | 
     proof = prove(str(source), data, plugin, int_high=int_high)
     for line in proof:
         log(f"[fuse] {line}")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    handle, staging = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}-", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "wb") as out:
-            out.write(data)
-        os.replace(staging, target)
-    except BaseException:
-        Path(staging).unlink(missing_ok=True)
-        raise
+    write_text_atomic(target, data)
     return FuseResult(target, report, before, after, proof)
 
 

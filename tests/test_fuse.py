@@ -114,7 +114,7 @@ def test_fuse_refuses_a_beta_or_an_epsilon_known_only_at_run_time(plugin_path, t
          helper.make_tensor("w", TensorProto.FLOAT, [8], np.linspace(0.5, 1.5, 8))])
     with pytest.raises(FuseError, match=r"epsilon \(eps\) is not a one-element constant"):
         fuse(norm, tmp_path / "out.onnx", plugin=str(plugin_path), log=quiet)
-    assert not (tmp_path / "out.onnx").exists() and not list(tmp_path.glob(".out.onnx-*"))
+    assert not (tmp_path / "out.onnx").exists() and not list(tmp_path.glob(".out.onnx.*"))
 
 
 def test_fuse_refuses_a_rewrite_that_changes_results(plugin_path, tmp_path):
@@ -126,7 +126,7 @@ def test_fuse_refuses_a_rewrite_that_changes_results(plugin_path, tmp_path):
     report_line = []
     with pytest.raises(FuseError, match="the rewrite changes results, so it is refused"):
         fuse(source, tmp_path / "out.onnx", plugin=str(plugin_path), extra_rules=[wrong], log=report_line.append)
-    assert not (tmp_path / "out.onnx").exists() and not list(tmp_path.glob(".out.onnx-*"))
+    assert not (tmp_path / "out.onnx").exists() and not list(tmp_path.glob(".out.onnx.*"))
 
 
 def test_fuse_cli_reports_and_exits_1_with_nothing_written(plugin_path, tmp_path):
