@@ -98,9 +98,10 @@ def requirements(entry: dict, kind: str) -> list[Requirement]:
     ort = entry["onnxruntime"]
     ort_req = Requirement(f"{ort['package']}=={ort['version']}", ort["index"])
     if kind == "train":
+        models = [Requirement(f"transformers=={entry['transformers']}")] if entry.get("transformers") else []
         return [Requirement(f"torch=={entry['torch']['version']}", entry["torch"]["index"]),
                 Requirement(f"onnx=={entry['onnx']}"), Requirement(f"onnxscript=={entry['onnxscript']}"),
-                Requirement(f"numpy=={entry['numpy']}"), ort_req, Requirement(f"-r {TOOLS.relative_to(REPO)}")]
+                Requirement(f"numpy=={entry['numpy']}"), ort_req, *models, Requirement(f"-r {TOOLS.relative_to(REPO)}")]
     reqs = [ort_req, Requirement(f"numpy=={entry['numpy']}")]
     if entry["device"] == "cuda":
         major = compat.release(entry["cuda"]).major
@@ -282,6 +283,32 @@ def _constraints_from(lock: Path) -> list[str]:
     return [f"{p.name}=={p.version}" for p in pinned if p.name.startswith("nvidia-")]
 
 
+def _locked_file_by_hash(lock: Path, req: Requirement, dest: Path, tgt: Target, log) -> bool:
+    """Where a dedicated index does not answer, the file the current lock already pins for `req` (same
+    version, same index) from pip's configuration, accepted only with the lock's sha256: it is the file
+    that index serves, so the new lock is what a machine reaching the index would write. Its
+    dependencies are resolved with everything else. False when the lock pins no such file."""
+    if not lock.exists():
+        return False
+    name, _, version = req.spec.partition("==")
+    pinned = next((p for p in read_lock(lock)[1] if p.name == name and p.index == req.index
+                   and p.version.split("+")[0] == version.split("+")[0]), None)
+    if pinned is None:
+        return False
+    pins = dest / "locked.txt"
+    pins.write_text(f"{pinned.name}=={pinned.version} --hash=sha256:{pinned.sha256}\n")
+    log(f"[wheels] {req.index} cannot be reached from here: taking the locked {pinned.name}=={pinned.version} "
+        "from pip's configured indexes, accepted only by the lock's sha256")
+    try:
+        _run_pip(download_command(["-r", str(pins)], dest, tgt, extra=["--no-deps", "--require-hashes"]),
+                 dedicated=False, what=f"the locked {pinned.name}=={pinned.version} by hash", log=log)
+    except PipFailed:
+        return False
+    finally:
+        pins.unlink()
+    return True
+
+
 def resolve(entry: dict, kind: str, house: Path, *, plat: platforms.Platform = platforms.PRIMARY, log=print) -> Path:
     """Resolve the entry's `kind` image for its target, write the lock; wheels land in `house`."""
     tgt = target(entry, plat)
@@ -300,8 +327,12 @@ def resolve(entry: dict, kind: str, house: Path, *, plat: platforms.Platform = p
                     specs += ["-r", str(REPO / req.spec[3:])] if req.spec.startswith("-r ") else [req.spec]
                     continue
                 scratch = Path(tempfile.mkdtemp(dir=tmp))
-                _run_pip(download_command([req.spec], scratch, tgt, index=req.index), dedicated=True,
-                         what=f"{req.spec} from {req.index}", log=log)
+                try:
+                    _run_pip(download_command([req.spec], scratch, tgt, index=req.index), dedicated=True,
+                             what=f"{req.spec} from {req.index}", log=log)
+                except PipFailed as exc:
+                    if not (exc.unreachable and _locked_file_by_hash(lock, req, scratch, tgt, log)):
+                        raise
                 name = req.spec.split("==")[0]
                 for wheel in scratch.iterdir():
                     origin[wheel.name] = (sha256(wheel), req.index)

@@ -348,3 +348,28 @@ def test_a_file_no_index_serves_by_its_hash_says_how_to_relock(tmp_path):
     assert "pins torch==2.13.0+cpu from https://download.pytorch.org/whl/cpu" in message or "cannot be fetched" in message
     assert "re-resolve the entry with `nox -s lock -- cpu`" in message and "rewrites" in message, message
     assert not list((tmp_path / "house").glob("*.whl")), "nothing half-fetched is left behind"
+
+
+def test_resolve_takes_the_locked_file_by_hash_where_its_index_does_not_answer(tmp_path, monkeypatch):
+    """Relocking an entry whose dedicated index does not answer (the CPU index, from here): the file the
+    lock already pins for that version comes from pip's configuration by its sha256, and everything
+    else is resolved anew around it; a version the lock does not pin still fails, naming the index."""
+    import copy
+
+    down = "http://127.0.0.1:9/whl/cpu"  # refuses connections at once, like an index that is down
+    entry = copy.deepcopy(matrix.entry("cpu"))
+    entry["torch"]["index"] = down
+    committed = wheels.lock_path(matrix.entry("cpu"), "train")
+    monkeypatch.setattr(wheels, "LOCKS", tmp_path)
+    monkeypatch.setenv("PIP_RETRIES", "1")  # pip's retry warning is how it says the index did not answer
+    lock = wheels.lock_path(entry, "train")
+    lock.write_text(committed.read_text().replace("https://download.pytorch.org/whl/cpu", down))
+    said = []
+    wheels.resolve(entry, "train", tmp_path / "house", log=said.append)
+    assert any(f"{down} cannot be reached from here: taking the locked torch==" in line for line in said), said
+    (old,) = [p for p in wheels.read_lock(committed)[1] if p.name == "torch"]
+    (new,) = [p for p in wheels.read_lock(lock)[1] if p.name == "torch"]
+    assert (new.version, new.sha256, new.index) == (old.version, old.sha256, down)
+    entry["torch"]["version"] = "2.12.0"
+    with pytest.raises(wheels.WheelError, match="127.0.0.1:9"):
+        wheels.resolve(entry, "train", tmp_path / "house", log=lambda m: None)
