@@ -81,9 +81,11 @@ def float_input(report: FuseReport, op: str, form: str, x) -> bool:
 
 
 def rules(report: FuseReport, ops: list[str] | None = None) -> list:
+    """The rules of the ops asked for; by default of every op whose ONNX module does not say
+    FUSE_BY_DEFAULT = False (a scaffolded op whose math is still the identity)."""
     from .registry import OPS
 
-    chosen = ops or list(OPS)
+    chosen = ops or [name for name, op in OPS.items() if getattr(op.onnx, "FUSE_BY_DEFAULT", True)]
     found = []
     for name in chosen:
         make = getattr(OPS[name].onnx, "fuse_rules", None)
@@ -146,7 +148,11 @@ def prove(before: str | bytes, after: str | bytes, plugin: str | None, *, int_hi
             raise FuseError(f"the input file does not run on random inputs with shapes "
                             f"{ {n: list(v.shape) for n, v in feed.items()} }: {str(exc).splitlines()[0]}; "
                             "give --int-high (token ids) or fixed input shapes") from None
-        got = fused.run(None, feed)
+        try:
+            got = fused.run(None, feed)
+        except Exception as exc:  # onnxruntime's own exception types
+            raise FuseError(f"the rewritten file fails to run where the input file runs: {str(exc).splitlines()[0]}; "
+                            "a rule matched something its op cannot take, so the rewrite is refused") from None
         shapes = ", ".join(f"{n} {'x'.join(map(str, v.shape))}" for n, v in feed.items())
         for meta, want, have in zip(base.get_outputs(), expected, got, strict=True):
             if want.dtype.kind != "f":
@@ -189,6 +195,9 @@ def fuse(source: str | os.PathLike, target: str | os.PathLike, *, plugin: str | 
         model = ir.load(source)
     except Exception as exc:  # onnx's and onnx_ir's own parse errors
         raise FuseError(f"{source} is not an ONNX model onnx_ir can read: {str(exc).splitlines()[0]}") from None
+    if any(isinstance(value.const_value, ir.ExternalTensor) for value in model.graph.initializers.values()):
+        raise FuseError(f"{source} keeps its weights in external data files (a model over 2 GB): fuse rewrites "
+                        "self-contained files only for now")
     before = node_types(model)
     report = FuseReport()
     count = rewrite(model, report, ops, extra_rules)

@@ -68,13 +68,23 @@ def myops_calls(model: torch.nn.Module, args: tuple, kwargs: dict) -> tuple[Coun
 
 
 def _output_names(output) -> list[str]:
-    """Names for the graph outputs: a Hugging Face ModelOutput's (or a dict's) tensor fields ("logits"),
-    else "output" or output_0, output_1 ..."""
-    if isinstance(output, dict):  # ModelOutput is an OrderedDict of its set fields
-        return [k for k, v in output.items() if isinstance(v, torch.Tensor)]
+    """Names for the graph outputs, one per tensor the exporters flatten the output into: a Hugging Face
+    ModelOutput's (or a dict's) fields ("logits"; a field holding several tensors: name_0, name_1 ...),
+    else "output" or output_0, output_1 ... (None and other non-tensors are not outputs)."""
+    from torch.utils._pytree import tree_leaves
+
+    def tensors(value) -> int:
+        return sum(isinstance(leaf, torch.Tensor) for leaf in tree_leaves(value))
+
     if isinstance(output, torch.Tensor):
         return ["output"]
-    return [f"output_{i}" for i in range(len(output))]
+    if isinstance(output, dict):  # ModelOutput is an OrderedDict of its set fields
+        names = []
+        for key, value in output.items():
+            count = tensors(value)
+            names += [key] if count == 1 else [f"{key}_{i}" for i in range(count)]
+        return names
+    return [f"output_{i}" for i in range(tensors(output))]
 
 
 def _split(example_inputs) -> tuple[tuple, dict]:
@@ -105,7 +115,7 @@ def _input_names(model: torch.nn.Module, args: tuple, kwargs: dict, given) -> li
 
     parameters = [p for p in inspect.signature(model.forward).parameters.values()
                   if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    names = [p.name for p in parameters[:len(args)]]
+    names = [p.name for p, arg in zip(parameters, args) if isinstance(arg, torch.Tensor)]
     return names + [k for k, v in kwargs.items() if isinstance(v, torch.Tensor)]
 
 
@@ -135,7 +145,10 @@ def export_model(model: torch.nn.Module, example_inputs, path: str | os.PathLike
     load()
     args, kwargs = _split(example_inputs)
     _known_traps(model, kwargs)
-    names = _input_names(model, args, kwargs, input_names)
+    signature = _input_names(model, args, kwargs, None)  # torch.export keys dynamic shapes by these
+    names = list(input_names) if input_names else signature
+    if len(names) != len(signature):
+        raise ExportError(f"input_names has {len(names)} names for {len(signature)} tensor inputs ({signature})")
     dims = _dims_of(dynamic_shapes)
     unknown = sorted(set(dims) - set(names))
     if unknown:
@@ -152,7 +165,9 @@ def export_model(model: torch.nn.Module, example_inputs, path: str | os.PathLike
             if exporter == "dynamo":
                 _dynamo_save(model, args, kwargs, tmp_path, lowering=lowering, opset=opset, ops=OPS.values(),
                              input_names=names, output_names=output_names,
-                             dynamic_shapes=_dynamo_shapes(dynamic_shapes, names + [k for k in kwargs if k not in names]))
+                             dynamic_shapes=_dynamo_shapes(
+                                 {signature[names.index(k)]: v for k, v in (dynamic_shapes or {}).items()},
+                                 signature + [k for k in kwargs if k not in signature]))
             else:
                 _torchscript_save(model, args, kwargs, tmp_path, lowering=lowering, opset=opset, input_names=names,
                                   output_names=output_names, dynamic_axes=dims)

@@ -49,7 +49,10 @@ class Fused(torch.nn.Module):
 
     def forward(self, x):
         op = OPS[self.op_name]
-        return op.function(x, *(getattr(self, name) for name in op.weights), *self.attributes.values())
+        weights = [getattr(self, name) for name in op.weights]
+        # a weight the original did not have (ones) follows the input, as the original's math would
+        weights = [w if isinstance(w, torch.nn.Parameter) else w.to(x.device, x.dtype) for w in weights]
+        return op.function(x, *weights, *self.attributes.values())
 
     def extra_repr(self) -> str:
         attributes = ", ".join(f"{k}={v:g}" for k, v in self.attributes.items())

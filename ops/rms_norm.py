@@ -127,7 +127,10 @@ def _bind_torch(module: torch.nn.Module) -> tuple[tuple, dict]:
         raise Refused(f"it normalises over the last {len(module.normalized_shape)} dimensions "
                       f"{list(module.normalized_shape)}; myops::rms_norm over the last one")
     if module.weight is None:
-        weight = torch.ones(module.normalized_shape)
+        if module.eps is None:
+            raise Refused("eps=None follows the input's dtype, which is not known before the call and it has no "
+                          "weight to tell; give it an eps")
+        weight = torch.ones(module.normalized_shape)  # Fused moves it to each input's device and dtype
     else:
         weight = _weight_of(module)
     if module.eps is None and weight.dtype != torch.float32:

@@ -174,7 +174,8 @@ def fuse_rules(report) -> list:
     """ops.fuse's onnxscript rules: every form of RMSNorm that exporters and ORT write -> one myops::RMSNorm.
     x / Sqrt(ReduceMean(x^2) + eps) * w (this file's decomposed lowering), x * Reciprocal(Sqrt(...)) * w
     (torch.rsqrt as both exporters write it: Hugging Face's LlamaRMSNorm), x*x in place of Pow(x, 2), and
-    the fused nodes of an optimised file: ORT's SimplifiedLayerNormalization and ai.onnx RMSNormalization.
+    the fused nodes of an optimised file: ORT's SimplifiedLayerNormalization (in the default domain, as ORT
+    writes it) and ai.onnx RMSNormalization.
     Only a mean over the last axis with a constant epsilon and one scale per channel is this op."""
     from onnxscript.rewriter import pattern
 
@@ -206,6 +207,16 @@ def fuse_rules(report) -> list:
     def rank(x):
         return len(x.shape) if x.shape is not None else None
 
+    def shape_of(value):
+        return None if value.shape is None else [str(d) for d in value.shape]
+
+    def per_channel(x, scale) -> bool:
+        """scale is [C] where x is [..., C] (C unknown on either side: the proof decides)."""
+        if scale.shape is None or len(scale.shape) != 1:
+            return False
+        channels = x.shape[-1] if x.shape is not None and len(x.shape) else None
+        return not (isinstance(channels, int) and isinstance(scale.shape[0], int) and channels != scale.shape[0])
+
     def decomposed_check(form: str):
         def check(context, x, two, eps, scale, mean, **_):
             if not float_input(report, SPEC.name, form, x):
@@ -223,9 +234,9 @@ def fuse_rules(report) -> list:
             epsilon = scalar(eps)
             if epsilon is None:
                 return refuse(form, eps, f"epsilon ({eps.name}) is not a one-element constant")
-            if scale.shape is None or len(scale.shape) != 1:
-                return refuse(form, scale, f"the scale ({scale.name}) is not one value per channel (shape "
-                                           f"{None if scale.shape is None else list(scale.shape)})")
+            if not per_channel(x, scale):
+                return refuse(form, scale, f"the scale ({scale.name}) is not one value per channel of x (shapes "
+                                           f"{shape_of(scale)} and {shape_of(x)})")
             pending["epsilon"] = epsilon
             return True
         return check
@@ -241,6 +252,12 @@ def fuse_rules(report) -> list:
                           for k, v in FUSED_NODE_DEFAULTS.items()}
             if not float_input(report, SPEC.name, form, x):
                 return False
+            if x.dtype is not None and scale.dtype is not None and x.dtype != scale.dtype:
+                return refuse(form, node.outputs[0], f"x is {x.dtype.name} and its scale {scale.dtype.name}; "
+                                                     f"{DOMAIN}::{ONNX_TYPE} takes one type for both")
+            if not per_channel(x, scale):
+                return refuse(form, node.outputs[0], f"the scale is not one value per channel of x (shapes "
+                                                     f"{shape_of(scale)} and {shape_of(x)})")
             if not last_axis([attributes["axis"]], rank(x)):
                 return refuse(form, node.outputs[0], f"normalised over axis {attributes['axis']}, not the last one")
             if attributes["stash_type"] != 1:

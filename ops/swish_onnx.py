@@ -133,12 +133,15 @@ def fuse_rules(report) -> list:
             return False
         if scalar(c) is None:
             report.refuse(SPEC.name, "x*Sigmoid(c*x)", where(c), f"c ({c.name}) is not a one-element constant, so "
-                          "beta is not known before run time")
+                          "it is not a beta known before run time")
             return pattern.MatchResult().fail("beta is not a constant")
         return True
 
     def standard(op, x, alpha):
         return op.Swish(x, alpha=alpha)
+
+    def standard_default(op, x):
+        return op.Swish(x, _allow_other_attributes=False)
 
     def quick_gelu(op, x, alpha):
         return op.QuickGelu(x, alpha=alpha, _domain="com.microsoft")
@@ -153,6 +156,9 @@ def fuse_rules(report) -> list:
                             name="swish-scaled"),
         pattern.RewriteRule(standard, lambda op, x, alpha: swish(op, x, alpha.as_float(), "ai.onnx Swish"),
                             name="swish-standard"),
+        # ai.onnx Swish's alpha defaults to 1.0 (onnx/defs/math/defs.cc, Swish-24)
+        pattern.RewriteRule(standard_default, lambda op, x: swish(op, x, 1.0, "ai.onnx Swish"),
+                            name="swish-standard-default"),
         pattern.RewriteRule(quick_gelu, lambda op, x, alpha: swish(op, x, alpha.as_float(), "com.microsoft QuickGelu"),
                             name="swish-quick-gelu"),
         # QuickGelu's alpha defaults to 1.702 (onnxruntime/core/graph/contrib_ops/contrib_defs.cc, QuickGelu)

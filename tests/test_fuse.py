@@ -163,3 +163,24 @@ def test_the_infer_runner_measures_model_files_like_the_rows(ext, plugin_path, t
     done = subprocess.run([sys.executable, "-m", "infer.runner", "bench", "--model", str(tmp_path / "nothing.onnx"),
                            "--plugin", str(plugin_path)], capture_output=True, text=True, cwd=Path(__file__).parent.parent)
     assert done.returncode == 2 and "no such ONNX file" in done.stderr
+
+
+def test_fuse_takes_onnx_swish_at_its_default_alpha_and_refuses_a_scale_not_per_channel(plugin_path, tmp_path):
+    graph = helper.make_graph([helper.make_node("Swish", ["x"], ["y"])], "swish24",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 8])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 24)])
+    model.ir_version = 10
+    onnx.save(model, str(tmp_path / "swish24.onnx"))
+    result = fuse(tmp_path / "swish24.onnx", tmp_path / "swish24.fused.onnx", plugin=str(plugin_path), log=quiet)
+    (node,) = onnx.load(str(result.path)).graph.node
+    assert (node.domain, node.op_type, node.attribute[0].f) == ("myops", "Swish", 1.0)
+
+    norm = hand_made(tmp_path, [
+        helper.make_node("Pow", ["x", "two"], ["sq"]), helper.make_node("ReduceMean", ["sq", "axes"], ["m"]),
+        helper.make_node("Add", ["m", "eps"], ["me"]), helper.make_node("Sqrt", ["me"], ["r"]),
+        helper.make_node("Div", ["x", "r"], ["n"]), helper.make_node("Mul", ["n", "w"], ["y"])], [("x", ["n", 8])],
+        [helper.make_tensor("two", TensorProto.FLOAT, [], [2.0]), helper.make_tensor("axes", TensorProto.INT64, [1], [-1]),
+         helper.make_tensor("eps", TensorProto.FLOAT, [], [1e-6]), helper.make_tensor("w", TensorProto.FLOAT, [1], [0.5])])
+    with pytest.raises(FuseError, match=r"the scale \(w\) is not one value per channel of x"):
+        fuse(norm, tmp_path / "out.onnx", plugin=str(plugin_path), log=quiet)

@@ -51,13 +51,16 @@ def test_apply_swaps_every_norm_and_activation_and_keeps_the_outputs(ext, family
 
 def test_apply_reads_beta_and_eps_off_each_module(ext):
     model = torch.nn.Sequential(torch.nn.RMSNorm(8, eps=1e-3), transformers.activations.QuickGELUActivation(),
-                                torch.nn.SiLU(), torch.nn.RMSNorm(8, elementwise_affine=False))
+                                torch.nn.SiLU(), torch.nn.RMSNorm(8, eps=1e-5, elementwise_affine=False),
+                                torch.nn.RMSNorm(8, elementwise_affine=False))
     x = torch.randn(3, 8)
     expected = model(x)
     with ext.apply(model) as patch:
         attributes = [(swap.op, swap.attributes) for swap in patch.swapped]
         assert attributes == [("rms_norm", {"epsilon": 1e-3}), ("swish", {"beta": 1.702}), ("swish", {"beta": 1.0}),
-                              ("rms_norm", {"epsilon": torch.finfo(torch.float32).eps})]
+                              ("rms_norm", {"epsilon": 1e-5})]
+        # no weight and eps=None: its eps follows the input's dtype, unknown before the call
+        assert [item.path for item in patch.left_alone] == ["4"] and "eps=None" in patch.left_alone[0].reason
         torch.testing.assert_close(model(x), expected, rtol=1e-5, atol=1e-6)
     assert isinstance(model[1], transformers.activations.QuickGELUActivation)
 
