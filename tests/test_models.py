@@ -244,3 +244,13 @@ def test_model_run_takes_a_users_factory_and_refuses_what_it_cannot_use(ext, plu
                                                                                       "torch.nn.LayerNorm(64)"))
     done = run_model(f"{source}:make", tmp_path / "results3")
     assert done.returncode == 1 and "ops.apply swapped nothing" in done.stdout
+
+
+def test_export_model_renames_inputs_and_keeps_their_dynamic_axes(ext, tmp_path):
+    model = TwoInTwoOut()
+    ext.apply(model)
+    x, y = torch.randn(2, 5, 16), torch.randn(2, 5, 16)
+    result = ext.export_model(model, (x, y), tmp_path / "m.onnx", input_names=["features", "residual"],
+                              output_names=["activated", "summed"],
+                              dynamic_shapes={"features": {0: "batch", 1: "seq"}, "residual": {0: "batch", 1: "seq"}})
+    assert result.inputs == ["features", "residual"] and result.outputs == ["activated", "summed"]
