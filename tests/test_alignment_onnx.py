@@ -157,6 +157,9 @@ def test_source_path_normalisation_reaches_every_node():
 def test_an_export_prints_no_torchvision_notices(ext, tmp_path):
     # torch's dynamo exporter logs "torchvision is not installed" several times an export; the lab
     # filters it (ops.export) so that a bench log shows what matters. A fresh process: it logs once.
+    if "dynamo" not in E.available_exporters():
+        pytest.skip(f"torch {torch.__version__}'s dynamo exporter takes no myops translation (torch >= 2.6): "
+                    "the notices are the dynamo exporter's")
     import subprocess
     import sys
 
