@@ -80,25 +80,31 @@ def load_inputs(path: str) -> dict:
         return {name: data[name] for name in data.files}
 
 
-def measure(spec: dict) -> dict:
-    """One file in this process: warm-up, then timed runs; the peak memory above the loaded session."""
+def time_calls(call, warmup: int, runs: int, loaded: str) -> dict:
+    """Warm-up, then timed calls, and the peak memory above what was loaded before (`loaded` says what):
+    the whole-model rows' measurement, ORT's here and PyTorch's in bench.models.rows alike."""
     from .measure import _status_kib, reset_peak
     from .workloads import percentiles_ms
 
-    run = session(spec["path"], spec.get("plugin"), threads=spec["threads"])
-    feed = load_inputs(spec["inputs"]) if spec.get("inputs") else feeds(run, spec["dims"], int_high=spec.get("int_high", 32))
     baseline = _status_kib("VmRSS") * 1024
     memory_method = reset_peak()
-    for _ in range(spec["warmup"]):
-        run.run(None, feed)
+    for _ in range(warmup):
+        call()
     seconds = []
-    for _ in range(spec["runs"]):
+    for _ in range(runs):
         started = time.perf_counter()
-        run.run(None, feed)
+        call()
         seconds.append(time.perf_counter() - started)
     peak = max(_status_kib("VmHWM") * 1024 - baseline, 0)
     return {**percentiles_ms(seconds), "seconds": seconds, "peak_mb": round(peak / 2**20, 2),
-            "memory_method": memory_method + ", the session loaded before the baseline",
+            "memory_method": f"{memory_method}, {loaded} before the baseline"}
+
+
+def measure(spec: dict) -> dict:
+    """One file in this process: warm-up, then timed runs; the peak memory above the loaded session."""
+    run = session(spec["path"], spec.get("plugin"), threads=spec["threads"])
+    feed = load_inputs(spec["inputs"]) if spec.get("inputs") else feeds(run, spec["dims"], int_high=spec.get("int_high", 32))
+    return {**time_calls(lambda: run.run(None, feed), spec["warmup"], spec["runs"], "the session loaded"),
             "inputs": {name: list(value.shape) for name, value in feed.items()}}
 
 

@@ -254,3 +254,14 @@ def test_export_model_renames_inputs_and_keeps_their_dynamic_axes(ext, tmp_path)
                               output_names=["activated", "summed"],
                               dynamic_shapes={"features": {0: "batch", 1: "seq"}, "residual": {0: "batch", 1: "seq"}})
     assert result.inputs == ["features", "residual"] and result.outputs == ["activated", "summed"]
+
+
+def test_every_declared_class_exists_in_the_pinned_transformers_and_torch():
+    """A class path that a transformers release renamed would never match: each declaration must resolve."""
+    import importlib
+
+    from ops.registry import OPS
+
+    paths = [p for op in OPS.values() for p in (*op.replaces, *op.refuses, *op.replaces_functions)]
+    missing = [p for p in paths if not hasattr(importlib.import_module(p.rpartition(".")[0]), p.rpartition(".")[2])]
+    assert not missing and len(paths) >= 14, missing

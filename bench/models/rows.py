@@ -13,10 +13,8 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 from collections import defaultdict
 
-import numpy as np
 
 # What each row runs: the four of the comparison, then the patched model's decomposed export and the
 # original's export after ops.fuse beside them.
@@ -33,8 +31,9 @@ ORT_FILES = {"ort_original": "original", "ort_decomposed": "decomposed", "ort_cu
 
 
 def _inputs(spec: dict) -> dict:
-    with np.load(spec["inputs"]) as data:
-        return {name: data[name] for name in data.files}
+    from infer.model_files import load_inputs
+
+    return load_inputs(spec["inputs"])
 
 
 def torch_call(spec: dict, feed: dict, patched: bool):
@@ -67,26 +66,13 @@ def ort_call(spec: dict, feed: dict, path: str, **session_options):
 
 def _measure_row(spec: dict) -> dict:
     """A PyTorch row here; an ORT row is the infer runner's (`runner bench --model`): infer.model_files."""
-    from infer.measure import _status_kib, reset_peak
-    from infer.model_files import measure
-    from infer.workloads import percentiles_ms
+    from infer.model_files import measure, time_calls
 
     row = spec["row"]
     if row not in TORCH_ROWS:
         return measure(dict(spec, path=spec["model_path"]))
     call = torch_call(spec, _inputs(spec), patched=row == "torch_patched")
-    baseline = _status_kib("VmRSS") * 1024
-    memory_method = reset_peak()
-    for _ in range(spec["warmup"]):
-        call()
-    seconds = []
-    for _ in range(spec["runs"]):
-        start = time.perf_counter()
-        call()
-        seconds.append(time.perf_counter() - start)
-    peak = max(_status_kib("VmHWM") * 1024 - baseline, 0)
-    return {**percentiles_ms(seconds), "seconds": seconds, "peak_mb": round(peak / 2**20, 2),
-            "memory_method": memory_method + ", the model built and its weights loaded before the baseline"}
+    return time_calls(call, spec["warmup"], spec["runs"], "the model built and its weights loaded")
 
 
 def _pairs(spec: dict) -> dict:
