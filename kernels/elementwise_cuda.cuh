@@ -16,33 +16,30 @@ namespace myops_cuda {
 
 constexpr int kThreads = 256;
 constexpr int64_t kMaxBlocks = 65535;
-constexpr int kVecBytes = 16;  // one 128-bit load or store per thread and step
 
-template <typename T, int N>
-struct alignas(sizeof(T) * N) Pack {
-  T v[N];
-};
-
-// Applies `op` to n elements. Vector body when every pointer is 16-byte aligned, scalar tail and
-// a scalar path otherwise. Indices are int64: tensors beyond 2^31 elements are fine.
+// Applies `op` to n elements. Vector body (one 16-byte pack per thread and step) when every pointer
+// is 16-byte aligned, scalar tail, and a scalar path otherwise. Indices are int64: tensors beyond 2^31
+// elements are fine. Two or four packs per thread and step were measured on an H200 (float32 and
+// float16, 64x2048x768): no faster than one, float32 up to 3 % slower with four.
 template <typename T, typename Op>
 __global__ void elementwise(int64_t n, bool aligned, Op op, const T* a, const T* b, T* out) {
-  constexpr int N = kVecBytes / sizeof(T);
+  constexpr int N = kPackSize<T>;
+  using P = Pack<T, N>;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   int64_t done = 0;
   if (aligned) {
     const int64_t packs = n / N;
     for (int64_t p = tid; p < packs; p += stride) {
-      const Pack<T, N> pa = reinterpret_cast<const Pack<T, N>*>(a)[p];
-      Pack<T, N> pb;
-      if (b != nullptr) pb = reinterpret_cast<const Pack<T, N>*>(b)[p];
-      Pack<T, N> po;
+      const P pa = reinterpret_cast<const P*>(a)[p];
+      P pb;
+      if (b != nullptr) pb = reinterpret_cast<const P*>(b)[p];
+      P po;
 #pragma unroll
       for (int k = 0; k < N; ++k) {
         po.v[k] = from_float<T>(op(to_float(pa.v[k]), b != nullptr ? to_float(pb.v[k]) : 0.0f));
       }
-      reinterpret_cast<Pack<T, N>*>(out)[p] = po;
+      reinterpret_cast<P*>(out)[p] = po;
     }
     done = packs * N;
   }
@@ -51,13 +48,10 @@ __global__ void elementwise(int64_t n, bool aligned, Op op, const T* a, const T*
   }
 }
 
-// static: file-local, so that it stays out of the libraries' dynamic symbol tables.
-static inline bool is_aligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % kVecBytes == 0; }
-
 template <typename T, typename Op>
 cudaError_t launch(Op op, const void* a, const void* b, void* out, int64_t n, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  constexpr int N = kVecBytes / sizeof(T);
+  constexpr int N = kPackSize<T>;
   const bool aligned = is_aligned(a) && is_aligned(out) && (b == nullptr || is_aligned(b));
   const int64_t work = aligned ? std::max<int64_t>(n / N, 1) : n;
   const int64_t blocks = std::min<int64_t>((work + kThreads - 1) / kThreads, kMaxBlocks);

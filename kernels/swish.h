@@ -100,6 +100,18 @@ SWISH_HOST_DEVICE T forward(T x, T beta) {
   return x / (T(1) + exp_any(-(beta * x)));
 }
 
+#if defined(__CUDACC__)
+// The forward for float16 and bfloat16 storage on the GPU: the hardware's approximate exp
+// (ex2.approx) and division. Their error, a few float32 ulp (more as |beta x| nears 88), is far
+// below one ulp of the 16-bit result, which is then within one ulp of forward() rounded once. Where
+// 1 + e^-(beta x) exceeds 2^126 the result is 0, not a value below 1e-36. The accurate forms spend
+// two multi-instruction sequences per element: on an H200 the float16 kernel was arithmetic-bound
+// at 1.14x a copy's time (ncu: SM 84 %, DRAM 57 %), and 1.01x with these (SM 71 %, DRAM 81 %).
+__device__ __forceinline__ float forward_16bit(float x, float beta) {
+  return __fdividef(x, 1.0f + __expf(-(beta * x)));
+}
+#endif
+
 // d/dx [x * s(beta x)] = s + beta * x * s * (1 - s), evaluated as autograd does:
 // the Mul's two branches, then sigmoid_backward (grad * (1 - s) * s), then the scale by beta.
 template <typename T>

@@ -18,6 +18,12 @@ struct Forward {
   __device__ float operator()(float x, float) const { return swish::forward(x, beta); }
 };
 
+// float16 and bfloat16 storage: see swish::forward_16bit.
+struct Forward16 {
+  float beta;
+  __device__ float operator()(float x, float) const { return swish::forward_16bit(x, beta); }
+};
+
 // a = grad, b = x
 struct Backward {
   float beta;
@@ -27,7 +33,12 @@ struct Backward {
 }  // namespace internal
 
 cudaError_t forward(const void* x, void* y, int64_t n, float beta, DType dtype, cudaStream_t stream) {
-  return dispatch(dtype, internal::Forward{beta}, x, nullptr, y, n, stream);
+  using myops_cuda::launch;
+  switch (dtype) {
+    case DType::kFloat16: return launch<__half>(internal::Forward16{beta}, x, nullptr, y, n, stream);
+    case DType::kBFloat16: return launch<__nv_bfloat16>(internal::Forward16{beta}, x, nullptr, y, n, stream);
+    default: return launch<float>(internal::Forward{beta}, x, nullptr, y, n, stream);
+  }
 }
 
 cudaError_t backward(const void* grad, const void* x, void* dx, int64_t n, float beta, DType dtype,
