@@ -20,14 +20,24 @@ _loaded_from: str | None = None
 
 
 def load(verbose: bool = False) -> str:
-    """Build if needed, load the library into torch, register every op's fakes and autograd."""
+    """Build if needed, load the library into torch, register every op's fakes and autograd.
+
+    MYOPS_EXTENSION_LIBRARY names a library built elsewhere (bench.gpu_check's build without ninja
+    hands its own to the tests it runs) to load instead of building."""
     global _loaded_from
     if _loaded_from is None:
+        import os
+        from pathlib import Path
+
         import torch
 
         from .build import build
 
-        path = build(verbose=verbose)
+        prebuilt = os.environ.get("MYOPS_EXTENSION_LIBRARY")
+        if prebuilt and not Path(prebuilt).is_file():
+            raise FileNotFoundError(f"MYOPS_EXTENSION_LIBRARY={prebuilt}: no such file (unset it to build the "
+                                    "extension from this checkout)")
+        path = Path(prebuilt) if prebuilt else build(verbose=verbose)
         torch.ops.load_library(str(path))
         for op in OPS.values():
             op.register_python_parts()

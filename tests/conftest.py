@@ -17,6 +17,8 @@ if str(REPO) not in sys.path:
 def pytest_configure(config):
     config.addinivalue_line("markers", "bigmem: needs ~18 GB of free memory (tensors beyond 2^31 elements)")
     config.addinivalue_line("markers", "nvcc: compiles CUDA sources; needs nvcc")
+    config.addinivalue_line("markers", "cuda: runs on a CUDA GPU (tests/devices.py); skipped with the reason where "
+                                       "there is none; `python -m bench.gpu_check` runs them")
     config.addinivalue_line("markers", "docker: needs a Docker daemon (required in CI via MYOPS_REQUIRE_DOCKER=1)")
     config.addinivalue_line("markers", "sanitizers: the plugin under ASan/UBSan (python -m ort_plugin.sanitize)")
 

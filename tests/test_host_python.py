@@ -42,7 +42,7 @@ def test_readme_test_command_runs_on_python_3_13(trixie, py313_wheels):
     # a clone as a user has it (git history included: results carry the git sha), build outputs left out
     script = ("set -e; mkdir /work; cd /src; tar -c --exclude=./build --exclude=./.nox --exclude=./.venv . "
               "| tar -x -C /work; cd /work; git config --global --add safe.directory /work; python3 --version; "
-              f"{command} -- tests/test_swish_extension.py tests/test_alignment_onnx.py -q -x -m 'not bigmem'")
+              f"{command} -- tests/test_swish.py tests/test_alignment_onnx.py -q -x -m 'not bigmem'")
     headers = cache_root()
     cmd = ["docker", "run", "--rm", "--network", "none", "-v", f"{REPO}:/src:ro", "-v", f"{py313_wheels}:/wheels:ro",
            "-v", f"{headers}:/root/.cache/myops-lab/ort-headers:ro", "-e", "PIP_NO_INDEX=1", "-e", "PIP_FIND_LINKS=/wheels",
