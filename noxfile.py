@@ -127,7 +127,7 @@ def lock(session: nox.Session) -> None:
     """Resolve an entry's image locks anew from its indexes and rewrite docker/locks/<entry>-*.txt: `nox -s lock -- ENTRY`."""
     if len(session.posargs) != 1 or session.posargs[0].startswith("-"):
         session.error("give one matrix entry: nox -s lock -- ENTRY (nox -s list shows them)")
-    session.run(sys.executable, "-m", "lab.wheels", "lock", session.posargs[0], external=True)
+    session.run(sys.executable, "-m", "lab.locks", "lock", session.posargs[0], external=True)
 
 
 def _base_overrides(session: nox.Session, values: list[str]) -> dict:

@@ -13,10 +13,7 @@ leaves the previous results as they were.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -24,16 +21,16 @@ from pathlib import Path
 from lab import matrix, provenance
 from lab.files import upsert_csv, write_csv_atomic
 
-from infer.measure import TORCH_ROWS, timing_child_env
+from infer.measure import TORCH_ROWS
 from infer.rows import COLUMNS, copy_models, derive, file_sha256, ort_row_specs, record, samples_of  # noqa: F401 (COLUMNS: imported from here elsewhere)
 from infer.rows import write as write_rows
 from infer.workloads import GPU_ONLY_WORKLOADS, NATIVE_ROWS, WORKLOADS
 from .cpu_paths import PATHS, capped_specs, chosen, runnable
+from .rounds import run_child, schedule
 from .stats import timing_figures
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "results"
-ROW_TIMEOUT_S = 1800
 
 
 def plan(args, opsets: list[int], models: dict, plugin: str) -> list[dict]:
@@ -87,23 +84,6 @@ def export_models(args, opsets: list[int], out: Path) -> dict:
     return models
 
 
-def run_child(module: str, spec) -> dict | list[dict]:
-    """One fresh process of `module` on a row spec (its result), or on a list of specs of one workload,
-    framework and CPU path (their results, in order)."""
-    first = spec[0] if isinstance(spec, list) else spec
-    env = timing_child_env(REPO)
-    if first.get("isa"):  # kernels/cpu_isa.h reads the cap once, when a library loads
-        env["MYOPS_CPU_ISA"] = first["isa"]
-    result = subprocess.run([sys.executable, "-m", module, json.dumps(spec)], capture_output=True, text=True,
-                            timeout=ROW_TIMEOUT_S, env=env, cwd=REPO)
-    if result.returncode != 0:
-        tail = "\n".join(result.stderr.strip().splitlines()[-15:])
-        rows = ", ".join(sorted({s["row"] for s in (spec if isinstance(spec, list) else [spec])}))
-        raise RuntimeError(f"row {rows} ({first.get('workload', 'sweep')}, opset {first.get('opset', '-')}) "
-                           f"failed:\n{tail}")
-    return json.loads(result.stdout.strip().splitlines()[-1])
-
-
 def row_module(spec: dict) -> str:
     return "bench.torch_rows" if spec["row"] in TORCH_ROWS else "infer.measure"
 
@@ -112,20 +92,9 @@ def run_row(spec: dict) -> dict:
     return run_child(row_module(spec), spec)
 
 
-def rotation(count: int, rounds: int, round_index: int) -> list[int]:
-    """The order of round `round_index`: every row once, starting a further 1/rounds of the way in."""
-    shift = (round_index * count) // rounds
-    return list(range(shift, count)) + list(range(shift))
-
-
 def combine(results: list[dict]) -> dict:
     """One row's figures from its processes (one per round): timings pooled, memory from the first."""
     return dict(results[0], **timing_figures([r["seconds"] for r in results]))
-
-
-def schedule(specs: list[dict], rounds: int) -> list[tuple[int, int]]:
-    """(round, spec index) in the order to run: every round rotated; a spec with its own "rounds" stops there."""
-    return [(r, i) for r in range(rounds) for i in rotation(len(specs), rounds, r) if r < specs[i].get("rounds", rounds)]
 
 
 def shared_processes(specs: list[dict], order: list[int], first_round: bool = False) -> list[list[int]]:

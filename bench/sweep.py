@@ -102,7 +102,7 @@ def run_sweep(args, models: dict, plugin: str, facts: dict) -> tuple[list[dict],
     from lab.provenance import cpu_caches
 
     from infer.rows import memory_regime, samples_of
-    from .run import run_child, schedule
+    from .rounds import run_child, schedule
     from .stats import summarise
 
     opset = max(o for (name, o) in models if name == "swish")

@@ -196,7 +196,7 @@ def test_timing_processes_reuse_a_freed_output_instead_of_faulting_in_fresh_page
 
 
 def test_every_timing_process_gets_the_allocator_tunable_and_its_cpu_path():
-    from bench.run import run_child
+    from bench.rounds import run_child
 
     seen = run_child("tests.env_probe", {"row": "torch_extension", "isa": "avx2"})
     assert "glibc.malloc.tcache_count=0" in seen["GLIBC_TUNABLES"].split(":") and seen["MYOPS_CPU_ISA"] == "avx2"

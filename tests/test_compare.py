@@ -189,7 +189,7 @@ def test_a_planted_slowdown_is_flagged_on_real_runs(ext, plugin_path, tmp_path):
 
 @pytest.mark.parametrize("count,rounds", [(10, 3), (7, 2), (3, 3)])
 def test_each_round_runs_every_row_once_from_a_rotated_start(count, rounds):
-    from bench.run import rotation
+    from bench.rounds import rotation
 
     orders = [rotation(count, rounds, r) for r in range(rounds)]
     assert all(sorted(o) == list(range(count)) for o in orders)
@@ -197,7 +197,7 @@ def test_each_round_runs_every_row_once_from_a_rotated_start(count, rounds):
 
 
 def test_a_row_with_its_own_round_count_runs_only_in_the_first_rounds():
-    from bench.run import schedule
+    from bench.rounds import schedule
 
     specs = [{"row": "a"}, {"row": "torch_compile", "rounds": 1}, {"row": "b"}]
     order = schedule(specs, 3)
@@ -210,7 +210,8 @@ def test_rounds_share_a_process_per_workload_framework_and_cpu_path():
     """Rows share a process per workload, framework and CPU path, never torch with onnxruntime (ORT rows
     must run in a torch-free process) nor two CPU paths (MYOPS_CPU_ISA is read once a process); in round
     1 each ORT row has a process of its own, where its peak memory is measured."""
-    from bench.run import row_module, schedule, shared_processes
+    from bench.rounds import schedule
+    from bench.run import row_module, shared_processes
 
     specs = [{"workload": w, "row": r, **({"isa": isa} if isa else {})}
              for w in ("swish", "ffn") for r in ("torch_extension", "torch_composite", "ort_custom", "ort_composite")

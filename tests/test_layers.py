@@ -106,3 +106,47 @@ def test_the_walk_sees_lazy_imports(tmp_path):
     source = tmp_path / "lazy.py"
     source.write_text("def f():\n    from bench.run import main\n    import torch.nn\n")
     assert imports_of(source) == [("bench", 2), ("torch", 3)]
+
+
+def module_imports(package: str) -> dict[str, set[str]]:
+    """Module -> the modules of the same package it imports (absolute or relative, lazy ones too; a
+    package's __init__ is left out: importing a package's names is not a cycle of its modules)."""
+    files = {".".join(path.relative_to(REPO).with_suffix("").parts): path for path in package_files(package)}
+    modules = {name for name in files if not name.endswith("__init__")}
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for name in modules:
+        path = files[name]
+        base = name.split(".")[:-1]  # the package this module is in
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            targets = []
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                stem = base[:len(base) - node.level + 1] if node.level else []
+                prefix = ".".join(stem + ([node.module] if node.module else []))
+                targets = [prefix] + [f"{prefix}.{alias.name}" for alias in node.names]
+            graph[name] |= {target for target in targets if target in modules and target != name}
+    return graph
+
+
+@pytest.mark.parametrize("package", LAYERS)
+def test_no_two_modules_of_a_package_import_each_other(package):
+    """Within a package too the imports go one way: a cycle (bench.run and bench.sweep once) fails here."""
+    import graphlib
+
+    try:
+        graphlib.TopologicalSorter(module_imports(package)).prepare()
+    except graphlib.CycleError as exc:
+        pytest.fail(f"modules of {package} import each other: {' -> '.join(exc.args[1])}")
+
+
+def test_the_module_walk_sees_a_cycle(tmp_path, monkeypatch):
+    """A lazy relative import one way, an absolute one back: the walk finds both edges."""
+    import sys
+
+    package = tmp_path / "pkg"
+    (package / "sub").mkdir(parents=True)
+    (package / "a.py").write_text("def f():\n    from .sub import b\n")
+    (package / "sub" / "b.py").write_text("from pkg import a\n")
+    monkeypatch.setattr(sys.modules[__name__], "REPO", tmp_path)
+    assert module_imports("pkg") == {"pkg.a": {"pkg.sub.b"}, "pkg.sub.b": {"pkg.a"}}

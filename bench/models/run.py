@@ -34,7 +34,7 @@ import numpy as np
 
 from lab import matrix, provenance
 
-from bench.run import rotation
+from bench.rounds import rotation
 from bench.stats import summarise, timing_figures
 from .rows import ORT_FILES, ROWS
 
