@@ -102,14 +102,26 @@ def _mb(value) -> str:
 
 def summary_table(rows: list[dict], workload: str, value: str, key: str = "opset") -> list[str]:
     """One workload's rows as a markdown table. Where rows have a device time (GPU rows), it gets a
-    column, and ratios and bandwidth use it; the per-call time is what a caller waits for."""
+    column with its noise, and ratios and bandwidth use it; the per-call time is what a caller waits
+    for. Cold device times and the fraction of peak bandwidth get columns where rows have them."""
     rows = [r for r in rows if r["workload"] == workload]
     base = _pick(rows, "torch_composite", "", key, value)
     device = any(_f(r.get("device_ms")) for r in rows)
+    cold = any(_f(r.get("device_cold_ms")) for r in rows)
+    peak = any(_f(r.get("fraction_of_peak")) for r in rows)
     time_of = (lambda r: _f(r.get("device_ms")) or float(r["p50_ms"])) if device else (lambda r: float(r["p50_ms"]))
-    header = "| implementation | " + ("per call p50 ms (p20-p80) | device ms" if device else "p50 ms (p20-p80)")
-    lines = [header + " | peak MB | vs PyTorch composite | GB/s | of copy floor | graph ORT ran |",
-             "|---|---|" + ("---|" if device else "") + "---|---|---|---|---|"]
+    header = "| implementation | " + ("per call p50 ms (p20-p80) | device ms (noise)" if device else "p50 ms (p20-p80)")
+    header += " | cold device ms (noise)" if cold else ""
+    lines = [header + " | peak MB | vs PyTorch composite | GB/s | of copy floor" + (" | of peak BW" if peak else "")
+             + " | graph ORT ran |",
+             "|---|---|" + ("---|" if device else "") + ("---|" if cold else "") + ("---|" if peak else "")
+             + "---|---|---|---|---|"]
+
+    def timed(ms, noise) -> str:
+        if not _f(ms):
+            return " | -"
+        return f" | {_f(ms):.4f}" + (f" ({_f(noise) * 100:.1f} %)" if _f(noise) is not None else "")
+
     for label, row, level in ALL_ROWS:
         r = _pick(rows, row, level, key, value)
         if r is None:
@@ -119,9 +131,11 @@ def summary_table(rows: list[dict], workload: str, value: str, key: str = "opset
         ratio = f"{time_of(r) / time_of(base_row):.2f}x" if base_row else "-"
         copy = f"{float(r['fraction_of_copy']):.2f}" if _f(r["fraction_of_copy"]) else "-"
         graph = r["ort_graph_nodes"] if row.startswith("ort_") else "-"
-        device_cell = (f" | {_f(r.get('device_ms')):.4f}" if _f(r.get("device_ms")) else " | -") if device else ""
-        lines.append(f"| {label} | {p50:.3f} ({float(r['p20_ms']):.3f}-{float(r['p80_ms']):.3f}){device_cell} "
-                     f"| {_mb(r['peak_mb'])} | {ratio} | {_f(r['gb_per_s']) or 0:.1f} | {copy} | {graph} |")
+        device_cell = timed(r.get("device_ms"), r.get("device_noise")) if device else ""
+        cold_cell = timed(r.get("device_cold_ms"), r.get("device_cold_noise")) if cold else ""
+        peak_cell = (f" | {_f(r.get('fraction_of_peak')):.2f}" if _f(r.get("fraction_of_peak")) else " | -") if peak else ""
+        lines.append(f"| {label} | {p50:.3f} ({float(r['p20_ms']):.3f}-{float(r['p80_ms']):.3f}){device_cell}{cold_cell} "
+                     f"| {_mb(r['peak_mb'])} | {ratio} | {_f(r['gb_per_s']) or 0:.1f} | {copy}{peak_cell} | {graph} |")
     return lines
 
 
@@ -336,7 +350,11 @@ def _gpu_summary(entry: str, rows: list[dict], targets: list[dict], dtypes: list
              "waits for (dispatch and launch included); device is what the GPU spends. Memory: "
              f"{first['memory_method']}. GB/s: the least bytes a row must move (forward: read x, write y; backward: "
              "read grad and x, write dx) over the device time; 'of copy floor' is the row's GB/s over the copy's; "
-             "ratios compare device times. Backward rows compare with the composite's autograd. TF32: "
+             "'of peak BW' is it over the device's peak DRAM bandwidth (NVML: top memory clock x bus width x 2; above "
+             "1 only for rows whose data stays in L2). Device times are warm (batches back to back) and cold (one "
+             "call after L2 was flushed), each sampled until its noise (relative standard deviation, in brackets) is "
+             "under the limit or the time cap is reached. Ratios compare warm device times. Backward rows compare "
+             "with the composite's autograd. TF32: "
              f"{first.get('tf32') or 'not recorded'}.", "",
              *([f"ONNX Runtime rows (the infer image's `bench` on this host, onnxruntime {ort_rows[0]['onnxruntime']}, "
                 f"opset {ort_rows[0]['opset']}, CUDA EP with io binding, TF32 {ort_rows[0].get('tf32') or 'not recorded'}): "

@@ -95,18 +95,21 @@ MEMORY_METHOD = ("peak RSS above baseline (VmHWM reset) in a separate process, a
 CUDA_MEMORY_METHOD = "torch.cuda.max_memory_allocated above memory_allocated at the row's start (peak reset per row)"
 
 
-def measure_cuda(call, warmup: int, runs: int) -> dict:
-    """Time `call` on the current CUDA stream two ways (bench.cuda_timing): per call, an event pair
-    around each run read after one sync (what a caller waits for, dispatch included); and the device
-    time per call, from batches queued behind a spin kernel.
+def measure_cuda(call, warmup: int, runs: int, stopping=None, flush=None) -> dict:
+    """Time `call` on the current CUDA stream (bench.cuda_timing): per call, an event pair around each
+    run read after one sync (what a caller waits for, dispatch included); the warm device time per
+    call, from batches queued behind a spin kernel; and, given `flush` (cuda_timing.l2_flush()), the
+    cold device time of one call after L2 was flushed. Both device times sample by `stopping`
+    (nvbench's rule by default) and report their noise.
 
     Peak memory is the caching allocator's high-water mark above what was allocated when the row
     started (inputs and saved tensors).
     """
     import torch
 
-    from .cuda_timing import PER_CALL_METHOD, LaunchBound, device_ms
+    from .cuda_timing import PER_CALL_METHOD, LaunchBound, Stopping, cold_device_time, device_time
 
+    stopping = stopping or Stopping()
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     baseline = torch.cuda.memory_allocated()
@@ -121,12 +124,19 @@ def measure_cuda(call, warmup: int, runs: int) -> dict:
         end.synchronize()  # each call starts on an idle stream, as a caller's next call would
     seconds = [start.elapsed_time(end) * 1e-3 for start, end in events]  # elapsed_time is in ms
     peak = torch.cuda.max_memory_allocated() - baseline
+    figures = {"device_ms": None, "device_noise": None, "device_cold_ms": None, "device_cold_noise": None}
+    methods = []
     try:
-        device, device_method = device_ms(call)
-        device = round(device, 5)
+        warm = device_time(call, stopping=stopping)
+        figures.update(device_ms=round(warm.ms, 5), device_noise=round(warm.noise, 4))
+        methods.append(warm.method)
+        if flush is not None:
+            cold = cold_device_time(call, *flush, stopping=stopping)
+            figures.update(device_cold_ms=round(cold.ms, 5), device_cold_noise=round(cold.noise, 4))
+            methods.append(cold.method)
     except LaunchBound as exc:
-        device, device_method = None, f"device: none ({exc})"
-    return {**percentiles_ms(seconds), "device_ms": device, "timing_method": f"{PER_CALL_METHOD}; {device_method}",
+        methods.append(f"device: none ({exc})")
+    return {**percentiles_ms(seconds), **figures, "timing_method": "; ".join([PER_CALL_METHOD, *methods]),
             "peak_mb": round(max(peak, 0) / 2**20, 2), "memory_method": CUDA_MEMORY_METHOD}
 
 

@@ -1,4 +1,5 @@
-"""Device memory in use, from NVML through ctypes: the ORT GPU rows' memory figure without torch or pynvml.
+"""Device memory in use and the peak DRAM bandwidth, from NVML through ctypes: the ORT GPU rows' memory figure
+and the GPU rows' fraction of peak bandwidth, without torch or pynvml.
 
 ONNX Runtime's Python API exposes no arena statistics, and its CUDA arena never returns blocks to
 the device while a session lives, so the device's used memory after the timed runs minus before the
@@ -65,6 +66,14 @@ def nvml_selector(device_id: int, visible: str | None, device_order: str | None)
     return "index", index
 
 
+NVML_CLOCK_MEM = 2  # nvmlClockType_t: NVML_CLOCK_GRAPHICS 0, NVML_CLOCK_SM 1, NVML_CLOCK_MEM 2 (nvml.h)
+
+
+def peak_dram_bytes_per_s(memory_clock_mhz: int, bus_width_bits: int) -> float:
+    """Peak DRAM bandwidth from NVML's figures: HBM and GDDR move data on both clock edges."""
+    return 2 * memory_clock_mhz * 1e6 * bus_width_bits / 8
+
+
 class DeviceMemory:
     def __init__(self, device_id: int = 0):
         try:
@@ -102,6 +111,15 @@ class DeviceMemory:
         if status != 0:
             self._lib.nvmlErrorString.restype = ctypes.c_char_p
             raise NvmlUnavailable(f"{call} failed: {self._lib.nvmlErrorString(status).decode()} (NVML status {status})")
+
+    def peak_dram_bytes_per_s(self) -> float:
+        """The memory's peak bandwidth: its top clock times its bus width, two transfers a clock."""
+        clock_mhz, bus_bits = ctypes.c_uint(), ctypes.c_uint()
+        self._check(self._lib.nvmlDeviceGetMaxClockInfo(self._handle, NVML_CLOCK_MEM, ctypes.byref(clock_mhz)),
+                    "nvmlDeviceGetMaxClockInfo")
+        self._check(self._lib.nvmlDeviceGetMemoryBusWidth(self._handle, ctypes.byref(bus_bits)),
+                    "nvmlDeviceGetMemoryBusWidth")
+        return peak_dram_bytes_per_s(clock_mhz.value, bus_bits.value)
 
     def used_bytes(self) -> int:
         memory = _Memory()

@@ -13,13 +13,16 @@ from .workloads import WORKLOADS, percentiles_ms
 COLUMNS = [
     "entry", "workload", "op", "row", "dtype", "shape", "beta", "opset", "exporter", "ort_opt_level", "ort_graph_nodes",
     "execution_provider", "tf32", "threads", "isa", "warmup", "runs", "processes", "p20_ms", "p50_ms", "p80_ms", "ci_low_ms",
-    "ci_high_ms", "process_spread", "device_ms",
+    "ci_high_ms", "process_spread", "device_ms", "device_noise", "device_cold_ms", "device_cold_noise",
     "timing_method", "peak_mb", "memory_method",
-    "bytes_moved", "regime", "gb_per_s", "fraction_of_copy", "custom_node_share", "torch", "onnx", "onnxruntime", "cuda",
+    "bytes_moved", "regime", "gb_per_s", "fraction_of_copy", "fraction_of_peak", "custom_node_share", "torch", "onnx", "onnxruntime", "cuda",
     "driver", "device", "arch", "host", "git_sha", "git_dirty", "image", "extension_sha256", "plugin_sha256", "model_sha256",
     "timestamp",
 ]
 # regime: where the row's input and output fit (memory_regime): its GB/s above DRAM bandwidth is a cache's.
+# device_noise, device_cold_noise: relative standard deviation of the device-time samples (GPU rows:
+# bench.cuda_timing's stopping rule). device_cold_ms: one call after L2 was flushed. fraction_of_peak:
+# gb_per_s over the device's peak DRAM bandwidth (NVML), where known; above 1 only for rows in a cache.
 # isa: the CPU path (MYOPS_CPU_ISA) bench.run --isa capped a kernel row to; empty: not capped by --isa.
 KEY = ["entry", "workload", "row", "dtype", "shape", "beta", "opset", "exporter", "ort_opt_level",
        "execution_provider", "threads", "isa"]
@@ -83,7 +86,9 @@ def record(entry: str, spec: dict, measured: dict, facts: dict) -> dict:
         "p20_ms": measured["p20_ms"], "p50_ms": measured["p50_ms"], "p80_ms": measured["p80_ms"],
         "ci_low_ms": measured.get("ci_low_ms"), "ci_high_ms": measured.get("ci_high_ms"),
         "process_spread": measured.get("process_spread"),
-        "device_ms": measured.get("device_ms"), "timing_method": measured.get("timing_method"),
+        "device_ms": measured.get("device_ms"), "device_noise": measured.get("device_noise"),
+        "device_cold_ms": measured.get("device_cold_ms"), "device_cold_noise": measured.get("device_cold_noise"),
+        "timing_method": measured.get("timing_method"),
         "peak_mb": measured["peak_mb"], "memory_method": measured["memory_method"],
         "bytes_moved": spec.get("bytes_moved"), "custom_node_share": measured.get("custom_node_share"),
         "torch": facts.get("torch"), "onnx": facts.get("onnx"), "onnxruntime": facts.get("onnxruntime"),
@@ -130,11 +135,12 @@ def memory_regime(working_set: int, caches: dict[str, int], threads: int = 1) ->
     return "DRAM" if caches else "unknown"
 
 
-def derive(rows: list[dict], caches: dict[str, int] | None = None) -> None:
+def derive(rows: list[dict], caches: dict[str, int] | None = None, peak_bytes_per_s: float | None = None) -> None:
     """Bandwidth from the least bytes each row must move (its bytes_moved where set, as a GPU row's
     backward or float16 traffic; else its workload's float32 forward traffic) over its kernel time;
     fraction of the copy floor's bandwidth (the fastest copy of the same framework, workload, dtype
-    and opset); with the caches of the device the rows ran on, each row's memory regime."""
+    and opset); with the caches of the device the rows ran on, each row's memory regime; with the
+    device's peak DRAM bandwidth, the fraction of it."""
     def key(r):
         return (r["workload"], r["execution_provider"], r["opset"], r.get("dtype") or "float32")
 
@@ -154,6 +160,7 @@ def derive(rows: list[dict], caches: dict[str, int] | None = None) -> None:
         floor = rate(copy) if copy else None
         r["gb_per_s"] = round(mine / 1e9, 3) if mine else None
         r["fraction_of_copy"] = round(mine / floor, 3) if mine and floor else None
+        r["fraction_of_peak"] = round(mine / peak_bytes_per_s, 3) if mine and peak_bytes_per_s else None
 
 
 def write(results: Path, entry: str, rows: list[dict], samples: list[dict] | None = None) -> Path:

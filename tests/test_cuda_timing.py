@@ -5,6 +5,7 @@ busy for a while, and an event recorded meanwhile stays pending, as one queued b
 """
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
@@ -76,3 +77,76 @@ def test_paired_device_ratio_alternates_and_takes_the_median(host_clock_cuda):
     assert 1.5 < ratio < 2.6, ratio
     timed = "".join(order[-16:])  # the four pairs: fast first, then slow first, alternating
     assert timed == "ffss" "ssff" "ffss" "ssff"
+
+
+def test_the_stopping_rule_stops_once_the_samples_are_quiet():
+    values = iter([10.0, 11.0, 10.0, 10.0, 10.0])
+    rule = cuda_timing.Stopping(max_noise=0.05, min_samples=3, time_cap_s=60)
+    samples, quiet = cuda_timing.sample_until_quiet(lambda: next(values), rule)
+    # After 3 samples the noise is 5.6 %; a fourth brings it to 4.9 %, under the limit: stop there.
+    assert quiet and samples == [10.0, 11.0, 10.0, 10.0]
+    assert cuda_timing.relative_noise(samples) <= 0.05 < cuda_timing.relative_noise(samples[:-1])
+
+
+def test_the_time_cap_ends_a_noisy_measurement():
+    flip = iter(range(10**6))
+
+    def noisy():
+        time.sleep(0.005)
+        return 1.0 if next(flip) % 2 else 2.0
+
+    began = time.perf_counter()
+    samples, quiet = cuda_timing.sample_until_quiet(noisy, cuda_timing.Stopping(max_noise=0.005, min_samples=3,
+                                                                                time_cap_s=0.1))
+    assert not quiet and 0.1 <= time.perf_counter() - began < 1.0 and len(samples) >= 3
+    assert cuda_timing.relative_noise(samples) > 0.3
+
+
+def test_a_fixed_count_takes_exactly_that_many():
+    samples, quiet = cuda_timing.sample_until_quiet(lambda: 1.0, cuda_timing.FIXED)
+    assert len(samples) == cuda_timing.FIXED.min_samples and not quiet
+
+
+def test_warm_device_time_reports_its_noise(host_clock_cuda):
+    measured = cuda_timing.device_time(_sleeper(1), calls=3,
+                                       stopping=cuda_timing.Stopping(max_noise=0.5, min_samples=4, time_cap_s=5))
+    assert measured.quiet and measured.samples >= 4 and 0 <= measured.noise <= 0.5
+    assert 0.9 < measured.ms < 4 and "until the relative noise is at most 50 %" in measured.method
+
+
+def test_cold_device_time_flushes_before_every_call_and_times_the_call_alone(host_clock_cuda):
+    """The flush runs behind the spin before the start event: its time is not the call's."""
+    order = []
+
+    def flush():
+        order.append("F")
+        time.sleep(0.006)
+
+    def call():
+        order.append("c")
+        time.sleep(0.002)
+
+    rule = cuda_timing.Stopping(max_noise=10, min_samples=5, time_cap_s=30)
+    measured = cuda_timing.cold_device_time(call, flush, 64 << 20, rule)
+    # One warm-up call, then a flush before each call (a spin too short for the flush is retried longer).
+    assert re.fullmatch(r"c(Fc)+", "".join(order)) and order.count("F") >= measured.samples
+    assert measured.samples == 5 and 1.9 < measured.ms < 5.5, measured
+    assert measured.method.startswith("cold: one call queued behind a spin kernel and a write of 64 MiB")
+
+
+def test_peak_dram_bandwidth_from_nvmls_figures():
+    from infer.nvml import peak_dram_bytes_per_s
+
+    # An H200: NVML's top memory clock 3201 MHz and a 6144-bit bus give 4.9 TB/s (NVIDIA states 4.8).
+    assert peak_dram_bytes_per_s(3201, 6144) == pytest.approx(4.917e12, rel=1e-3)
+
+
+def test_derive_gives_the_fraction_of_peak_bandwidth():
+    from infer.rows import derive
+
+    rows = [{"workload": "swish_large", "row": "torch_copy", "execution_provider": "torch-cuda", "opset": None,
+             "dtype": "float32", "bytes_moved": 2 * 10**9, "device_ms": 500.0, "p50_ms": 600.0, "threads": None}]
+    derive(rows, {"L2": 50 << 20}, peak_bytes_per_s=5e9)
+    assert rows[0]["gb_per_s"] == 4.0 and rows[0]["fraction_of_peak"] == 0.8
+    derive(rows, {"L2": 50 << 20})
+    assert rows[0]["fraction_of_peak"] is None

@@ -174,6 +174,7 @@ def test_bench_and_target_stages_run_on_the_cpu(ext, monkeypatch, host_clock_cud
 
     class Args:
         beta, warmup, runs, pairs = 1.0, 2, 5, 5
+        max_noise, min_samples, time_cap = 50.0, 3, 0.05  # percent, count, seconds: quick on the host clock
 
     setup = host.Setup("cuda13.0", "90", "9.0", "nvcc", "GPU", None, {"git_sha": "abc", "timestamp": "t"})
     run = Run(60, gpu_check.BUDGETS_S)
@@ -191,6 +192,9 @@ def test_bench_and_target_stages_run_on_the_cpu(ext, monkeypatch, host_clock_cud
     assert rms[2]["bytes_moved"] == (2 * 2 * 8 * 16 + 16) * 4 and rms[0]["bytes_moved"] == 2 * 2 * 8 * 16 * 4
     assert all(r["device_ms"] > 0 and "spin kernel" in r["timing_method"] and r["tf32"].startswith("off")
                for r in measured)
+    # Warm and cold device times, each with its noise; no peak bandwidth off the GPU.
+    assert all(r["device_cold_ms"] > 0 and r["device_noise"] >= 0 and r["device_cold_noise"] >= 0 for r in measured)
+    assert all("cold: one call" in r["timing_method"] and r["fraction_of_peak"] is None for r in measured)
     assert measured[0]["peak_mb"] == 1.0 and measured[0]["memory_method"].startswith("torch.cuda.max_memory_allocated")
     with run.stage("targets"):
         found = targets.targets_stage(run, setup, Args) + targets.memory_targets(setup, measured)

@@ -137,6 +137,9 @@ def bench_stage(run: Run, setup: Setup, args) -> list[dict]:
     from ..torch_rows import measure_cuda
 
     warm_up_gpu()
+    stopping, flush = stopping_of(args), l2_flush()
+    log(f"  device times: warm and cold (L2 flushed by a {flush[1] >> 20} MiB write), sampled "
+        f"{stopping.describe()}")
     rows, skipped = [], 0
     for workload, shape in WORKLOADS:
         for dtype_name in DTYPES:
@@ -149,7 +152,7 @@ def bench_stage(run: Run, setup: Setup, args) -> list[dict]:
                     continue
                 try:
                     call = make()
-                    measured = measure_cuda(call, args.warmup, args.runs)
+                    measured = measure_cuda(call, args.warmup, args.runs, stopping, flush)
                     del call  # frees a backward row's graph before the next row's peak is measured
                 except Exception as exc:  # e.g. out of memory: reported with the rows, not a correctness failure
                     run.notes.append(f"bench: {workload} {dtype_name} {row} failed: {type(exc).__name__}: {exc}")
@@ -157,17 +160,55 @@ def bench_stage(run: Run, setup: Setup, args) -> list[dict]:
                     continue
                 rows.append(make_row(setup, args, workload, shape, dtype_name, row, graph,
                                      round(tensors * x.numel() * itemsize), measured))
-                device = "    none" if measured["device_ms"] is None else f"{measured['device_ms']:8.4f}"
-                log(f"  {workload:13} {dtype_name:8} {row:24} per call p50 {measured['p50_ms']:8.4f} ms "
-                    f"(p20 {measured['p20_ms']:.4f}, p80 {measured['p80_ms']:.4f}), device {device} ms, "
+                log(f"  {workload:13} {dtype_name:8} {row:24} per call p50 {measured['p50_ms']:8.4f} ms, device "
+                    f"{_shown(measured['device_ms'], measured['device_noise'])}, cold "
+                    f"{_shown(measured['device_cold_ms'], measured['device_cold_noise'])}, "
                     f"peak {measured['peak_mb']:8.1f} MiB")
             del x, grad
             torch.cuda.empty_cache()
     if skipped:
         run.notes.append(f"bench: {skipped} rows skipped, the stage ran out of its budget")
         log(f"  {skipped} rows skipped: out of the stage's budget")
-    derive(rows, device_caches())
+    derive(rows, device_caches(), peak_bandwidth(run))
     return rows
+
+
+def _shown(ms, noise) -> str:
+    return "    none" if ms is None else f"{ms:8.4f} ms ({noise * 100:4.1f} %)"
+
+
+def stopping_of(args):
+    """The stopping rule of the device times: the run's options, else nvbench's defaults."""
+    from ..cuda_timing import MAX_NOISE, MIN_SAMPLES, TIME_CAP_S, Stopping
+
+    return Stopping(getattr(args, "max_noise", MAX_NOISE * 100) / 100, getattr(args, "min_samples", MIN_SAMPLES),
+                    getattr(args, "time_cap", TIME_CAP_S))
+
+
+def l2_flush():
+    """(flush, bytes) for the cold device time: on the GPU a write of twice its L2; where tests run the
+    rows on the CPU, a small buffer."""
+    if DEVICE == "cuda":
+        from ..cuda_timing import l2_flush as gpu_flush
+
+        return gpu_flush()
+    import torch
+
+    buffer = torch.empty(1 << 20, dtype=torch.uint8)
+    return buffer.zero_, buffer.numel()
+
+
+def peak_bandwidth(run: Run) -> float | None:
+    """The GPU's peak DRAM bandwidth from NVML (bytes/s), or None with a note where NVML cannot say."""
+    if DEVICE != "cuda":
+        return None
+    from infer.nvml import DeviceMemory, NvmlUnavailable
+
+    try:
+        return DeviceMemory(0).peak_dram_bytes_per_s()
+    except NvmlUnavailable as exc:
+        run.notes.append(f"bench: no fraction of peak bandwidth: {exc}")
+        return None
 
 
 def device_caches() -> dict[str, int]:
