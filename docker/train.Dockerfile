@@ -25,7 +25,7 @@ ENV PATH=/opt/venv/bin:/usr/local/cuda/bin:$PATH CUDA_HOME=/usr/local/cuda PYTHO
     XDG_CACHE_HOME=/lab/.cache MYOPS_MATRIX_ENTRY=${ENTRY} TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST}
 WORKDIR /lab
 # Alignment layers 1 and 2 inside the image.
-CMD ["python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_swish_extension.py", "tests/test_alignment_onnx.py", "-m", "not bigmem"]
+CMD ["python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_swish.py", "tests/test_alignment_onnx.py", "-m", "not bigmem"]
 COPY src/ /lab/
 RUN python -m ops.build
 RUN python -m ops.check_archs
