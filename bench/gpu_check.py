@@ -43,18 +43,18 @@ RESULTS = REPO / "results"
 BUDGETS_S = {"preflight": 20, "build": 150, "suite": 150, "bench": 200, "targets": 25, "write": 10}
 
 
-def write_results(out: Path, entry: str, rows: list[dict], targets: list[dict]) -> None:
+def write_results(out: Path, entry: str, measured: list[dict], found: list[dict]) -> None:
     from lab.files import upsert_csv, write_csv_atomic
 
     from infer.rows import COLUMNS, KEY, write_aggregate
-    from .targets import TARGET_COLUMNS
+    from .targets import TARGET_COLUMNS  # bench.targets: the one format of every targets.csv, CPU or GPU
 
     entry_dir = out / entry
-    upsert_csv(entry_dir / "bench.csv", rows, COLUMNS, KEY)
-    if targets:
-        write_csv_atomic(entry_dir / "targets.csv", targets, TARGET_COLUMNS)
+    upsert_csv(entry_dir / "bench.csv", measured, COLUMNS, KEY)
+    if found:
+        write_csv_atomic(entry_dir / "targets.csv", found, TARGET_COLUMNS)
     write_aggregate(out)
-    log(f"wrote {len(rows)} rows to {entry_dir / 'bench.csv'}, {len(targets)} targets to {entry_dir / 'targets.csv'}, "
+    log(f"wrote {len(measured)} rows to {entry_dir / 'bench.csv'}, {len(found)} targets to {entry_dir / 'targets.csv'}, "
         f"and {out / 'bench_all.csv'}")
     from .report import main as report
 
@@ -63,17 +63,17 @@ def write_results(out: Path, entry: str, rows: list[dict], targets: list[dict]) 
 
 # ---------------------------------------------------------------- summary and main
 
-def summary(run: Run, targets: list[dict]) -> None:
-    from .targets import target_status
+def summary(run: Run, found: list[dict]) -> None:
+    from .targets import target_status  # bench.targets
 
     print("\n==== correctness " + "=" * 80)
     for c in run.checks:
         short = c.detail.strip().splitlines()[0][:100] if c.detail.strip() else ""
         print(f"{c.status:4}  {c.stage:9} {c.name:68} {short}")
-    if targets:
+    if found:
         print("\n==== targets (median of paired ratios; missed targets are reported, not failures) " + "=" * 15)
         print(f"{'target (holds when measured <= limit)':100} {'measured':>8}  {'limit':>7}  status")
-        for t in targets:
+        for t in found:
             limit = float(t["limit"])
             print(f"{t['target']:100} {t['median_ratio']:8.3f}  {limit:7.4g}  {target_status(t['median_ratio'], limit)}")
     for note in run.notes:
@@ -88,9 +88,9 @@ def suite_stage(run: Run, setup: Setup, harness: Path | None) -> None:
     """The suite's cuda tests in a child pytest, on the extension and the harness this run built."""
     import ops
 
-    env = {"MYOPS_EXTENSION_LIBRARY": str(ops.load()), "MYOPS_MATRIX_ENTRY": setup.entry}
-    if harness is not None:
-        env["MYOPS_PLUGIN_HARNESS"] = str(harness)
+    # An empty MYOPS_PLUGIN_HARNESS: the build stage failed it (and said so); the suite skips its tests.
+    env = {"MYOPS_EXTENSION_LIBRARY": str(ops.load()), "MYOPS_MATRIX_ENTRY": setup.entry,
+           "MYOPS_PLUGIN_HARNESS": str(harness or "")}
     for check in suite.run_suite(env, timeout=max(run.left(), 60)):
         run.record(check)
 

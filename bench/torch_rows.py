@@ -10,6 +10,7 @@ bench.gpu_check.
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 
@@ -126,16 +127,26 @@ def measure_cuda(call, warmup: int, runs: int, stopping=None, flush=None) -> dic
     peak = torch.cuda.max_memory_allocated() - baseline
     figures = {"device_ms": None, "device_noise": None, "device_cold_ms": None, "device_cold_noise": None}
     methods = []
+
+    def noise_of(measured) -> float | None:  # below two samples there is no noise to report
+        return round(measured.noise, 4) if math.isfinite(measured.noise) else None
+
+    def method_of(measured) -> str:
+        return measured.method + ("" if measured.quiet else " (stopped at the time cap, noise above the limit)")
+
     try:
         warm = device_time(call, stopping=stopping)
-        figures.update(device_ms=round(warm.ms, 5), device_noise=round(warm.noise, 4))
-        methods.append(warm.method)
-        if flush is not None:
-            cold = cold_device_time(call, *flush, stopping=stopping)
-            figures.update(device_cold_ms=round(cold.ms, 5), device_cold_noise=round(cold.noise, 4))
-            methods.append(cold.method)
+        figures.update(device_ms=round(warm.ms, 5), device_noise=noise_of(warm))
+        methods.append(method_of(warm))
     except LaunchBound as exc:
         methods.append(f"device: none ({exc})")
+    if flush is not None:
+        try:
+            cold = cold_device_time(call, *flush, stopping=stopping)
+            figures.update(device_cold_ms=round(cold.ms, 5), device_cold_noise=noise_of(cold))
+            methods.append(method_of(cold))
+        except LaunchBound as exc:
+            methods.append(f"cold: none ({exc})")
     return {**percentiles_ms(seconds), **figures, "timing_method": "; ".join([PER_CALL_METHOD, *methods]),
             "peak_mb": round(max(peak, 0) / 2**20, 2), "memory_method": CUDA_MEMORY_METHOD}
 

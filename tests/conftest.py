@@ -23,6 +23,20 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "sanitizers: the plugin under ASan/UBSan (python -m ort_plugin.sanitize)")
 
 
+def pytest_runtest_setup(item):
+    """A cuda test where torch sees no GPU: skipped with the reason, or failed where MYOPS_REQUIRE_CUDA=1
+    (bench.gpu_check's suite sets it: a GPU host whose tests all skipped must not pass)."""
+    if item.get_closest_marker("cuda") is None:
+        return
+    from devices import CUDA_MISSING
+
+    if CUDA_MISSING is None:
+        return
+    if os.environ.get("MYOPS_REQUIRE_CUDA") == "1":
+        pytest.fail(f"{CUDA_MISSING}; MYOPS_REQUIRE_CUDA=1 says the cuda tests must run here", pytrace=False)
+    pytest.skip(CUDA_MISSING)
+
+
 @pytest.fixture(scope="session")
 def ext():
     """The myops extension, built (or reused) and loaded into torch."""

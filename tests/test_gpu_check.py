@@ -285,6 +285,31 @@ def test_the_suite_stage_reads_a_real_pytest_run(tmp_path):
     assert nothing.status == "FAIL" and "no cuda tests were collected" in nothing.detail
 
 
+def test_the_suite_stage_stops_a_child_that_hangs(tmp_path):
+    """The timeout holds while the child prints nothing (its output is read on another thread)."""
+    import time
+
+    path = tmp_path / "test_hang.py"
+    path.write_text("import time\nimport pytest\n\n\n@pytest.mark.cuda\ndef test_hangs():\n    time.sleep(300)\n")
+    began = time.monotonic()
+    (check,) = suite.run_suite({}, timeout=5, files=[path])
+    assert check.status == "FAIL" and check.detail.startswith("did not finish within 5 s"), check
+    assert time.monotonic() - began < 60
+
+
+def test_required_cuda_tests_fail_where_there_is_no_gpu():
+    """gpu_check's suite sets MYOPS_REQUIRE_CUDA=1: a GPU host whose cuda tests would all skip fails instead."""
+    command = [sys.executable, "-m", "pytest", "-m", "cuda", "-q", "-p", "no:cacheprovider", "tests/test_swish.py",
+               "-k", "default_beta"]
+    required = subprocess.run(command, capture_output=True, text=True, cwd=REPO, timeout=600,
+                              env=_env(CUDA_VISIBLE_DEVICES="", MYOPS_REQUIRE_CUDA="1"))
+    assert required.returncode == 1 and "MYOPS_REQUIRE_CUDA=1 says the cuda tests must run here" in required.stdout, \
+        required.stdout[-2000:]
+    skipped = subprocess.run(command, capture_output=True, text=True, cwd=REPO, timeout=600,
+                             env=_env(CUDA_VISIBLE_DEVICES=""))
+    assert skipped.returncode == 0 and "1 skipped" in skipped.stdout, skipped.stdout[-2000:]
+
+
 def test_the_suite_runs_every_ops_layer1_file():
     from opspec import TORCH_OPS
 

@@ -5,7 +5,6 @@ cannot fail a correct kernel."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -18,11 +17,13 @@ from devices import CUDA_MARKS
 CUDA_PLUGIN_DTYPES = [pytest.param(d, id=d, marks=CUDA_MARKS) for d in ("float32", "float16")]
 
 
+REPO = Path(__file__).resolve().parent.parent
+
+
 def find_nvcc() -> str | None:
-    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
-    if home and (Path(home) / "bin" / "nvcc").is_file():
-        return str(Path(home) / "bin" / "nvcc")
-    return shutil.which("nvcc")
+    from bench.gpu.host import find_nvcc as nvcc_of_torchs_toolkit
+
+    return nvcc_of_torchs_toolkit()
 
 
 @pytest.fixture(scope="module")
@@ -30,9 +31,10 @@ def harness(tmp_path_factory) -> Path:
     """The harness for this GPU: bench.gpu_check's (MYOPS_PLUGIN_HARNESS), else compiled here."""
     import torch
 
-    prebuilt = os.environ.get("MYOPS_PLUGIN_HARNESS")
-    if prebuilt:
-        return Path(prebuilt)
+    if "MYOPS_PLUGIN_HARNESS" in os.environ:
+        if not os.environ["MYOPS_PLUGIN_HARNESS"]:
+            pytest.skip("the harness did not build in bench.gpu_check's build stage (its failure is reported there)")
+        return Path(os.environ["MYOPS_PLUGIN_HARNESS"])
     nvcc = find_nvcc()
     if nvcc is None:
         pytest.skip("nvcc not found: the plugin harness is compiled on this host (install the CUDA toolkit or set "
@@ -40,6 +42,22 @@ def harness(tmp_path_factory) -> Path:
     major, minor = torch.cuda.get_device_capability(0)
     started = plugin.start_harness_build(nvcc, f"{major}{minor}", tmp_path_factory.mktemp("harness"))
     return plugin.finish_harness_build(started, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def cuda_plugin_session():
+    """make_session(dtype) for the plugin on onnxruntime's CUDA EP, built once for this GPU where
+    bench.gpu_check builds it too (build/gpu_check/ort_plugin: the second build reuses the first)."""
+    import torch
+
+    major, minor = torch.cuda.get_device_capability(0)
+    entry = os.environ.get("MYOPS_MATRIX_ENTRY", f"cuda{torch.version.cuda}")
+    try:
+        make_session, _, _ = plugin.cuda_session_factory(f"{major}{minor}", entry,
+                                                         REPO / "build" / "gpu_check" / "ort_plugin")
+    except plugin.Unavailable as exc:
+        pytest.skip(str(exc))
+    return make_session
 
 
 @pytest.mark.parametrize("dtype", CUDA_PLUGIN_DTYPES)
@@ -55,17 +73,9 @@ def test_harness_matches_the_float64_reference(harness, dtype, offset, tmp_path)
 
 
 @pytest.mark.parametrize("dtype", CUDA_PLUGIN_DTYPES)
-def test_plugin_through_the_cuda_execution_provider(dtype, tmp_path):
-    import torch
-
-    major, minor = torch.cuda.get_device_capability(0)
-    entry = os.environ.get("MYOPS_MATRIX_ENTRY", f"cuda{torch.version.cuda}")
-    try:
-        make_session, _, _ = plugin.cuda_session_factory(f"{major}{minor}", entry, tmp_path / "ort_plugin")
-    except plugin.Unavailable as exc:
-        pytest.skip(str(exc))
+def test_plugin_through_the_cuda_execution_provider(cuda_plugin_session, dtype):
     x = plugin.inputs()[dtype]
-    (y,) = make_session(dtype).run(None, {"x": x})
+    (y,) = cuda_plugin_session(dtype).run(None, {"x": x})
     plugin.assert_close(y, plugin.reference(x, 1.0), plugin.TOLERANCES[dtype], f"ORT CUDA EP, {dtype}")
 
 

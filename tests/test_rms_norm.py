@@ -64,23 +64,29 @@ def test_forward_and_backward_match_the_reference(ext, device, dtype, shape, eps
 def kernel_edge_shapes() -> list[tuple[int, int]]:
     """(rows, cols) on the CUDA kernels' edges, from their own constants (bench/gpu/kernels.py): the
     weight gradient's chunks one row short, exact and over, many, and more than the chunk cap holds
-    (the last chunk takes the rest); widths below, at and beyond a warp and a block; the packed kernels
-    (rows of whole 16-byte packs) at 8 packs per thread on more than 256 threads, and on more rows
-    than one grid."""
-    from bench.gpu.kernels import rms_norm_chunking
+    (the last chunk takes the rest); widths below, at and beyond a warp and a block; and the packed
+    kernels (rows of whole 16-byte packs held in registers), for float32's 4-element packs: the most
+    packs a row may have, and one pack more (the scalar kernel then), rows whose last pass leaves
+    threads idle (275 and 550 packs of float32; 275 of float16 at 2200), and more rows than one grid."""
+    from bench.gpu.kernels import rms_norm_chunking, rms_norm_packing
 
     chunk, max_chunks = rms_norm_chunking()
+    aim, max_threads, max_packs = rms_norm_packing()
     rows = [(1, 768), (chunk - 1, 768), (chunk, 768), (chunk + 1, 768), (64 * chunk + 1, 768)]
     widths = [(chunk + 1, 1), (chunk + 1, 33), (3, 1023), (5, 4096), (2, 8193)]
-    packed = [(3, 16384), (70_000, 8)]
+    most = 4 * max_threads * max_packs  # float32 columns in the most packs a packed row holds
+    packed = [(3, most), (3, most + 4), (3, 4 * (aim + 19)), (3, 8 * (aim + 19)), (70_000, 8)]
     return rows + widths + packed + [(chunk * max_chunks + 3, 2)]
 
 
 def test_kernel_edge_shapes_follow_the_kernel():
-    from bench.gpu.kernels import rms_norm_chunking
+    from bench.gpu.kernels import rms_norm_chunking, rms_norm_packing
 
-    assert rms_norm_chunking() == (64, 65535)
-    assert {1, 63, 64, 65, 4097, 64 * 65535 + 3} <= {rows for rows, _ in kernel_edge_shapes()}
+    chunk, max_chunks = rms_norm_chunking()
+    assert {1, chunk - 1, chunk, chunk + 1, 64 * chunk + 1, chunk * max_chunks + 3} <= \
+        {rows for rows, _ in kernel_edge_shapes()}
+    aim, max_threads, max_packs = rms_norm_packing()
+    assert (3, 4 * max_threads * max_packs) in kernel_edge_shapes() and aim <= max_threads
 
 
 @pytest.mark.parametrize("device,dtype", DEVICE_DTYPES)
@@ -93,6 +99,21 @@ def test_kernel_edges(ext, device, dtype, shape, eps):
     weight = 1 + 0.1 * torch.randn(cols, generator=generator)
     grad = torch.randn(rows, cols, generator=generator)
     check_against_float64(*on(device, dtype, x, weight, grad), eps, f"{rows}x{cols} eps {eps}")
+
+
+@pytest.mark.parametrize("device,dtype", DEVICE_DTYPES)
+def test_unaligned_rows_of_whole_packs(ext, device, dtype):
+    """x and weight from storage offset 1: contiguous, whole 16-byte packs per row, but not aligned to
+    16 bytes, which the packed kernels need (the scalar ones take them)."""
+    rows, cols = 5, 768
+    generator = torch.Generator().manual_seed(6)
+    flat_x = torch.randn(rows * cols + 1, generator=generator) * 3
+    flat_w = 1 + 0.1 * torch.randn(cols + 1, generator=generator)
+    flat_x, flat_w = on(device, dtype, flat_x, flat_w)
+    x, weight = flat_x[1:].view(rows, cols), flat_w[1:]
+    assert x.is_contiguous() and x.data_ptr() % 16 != 0 and weight.data_ptr() % 16 != 0
+    grad = on(device, dtype, torch.randn(rows, cols, generator=generator))[0]
+    check_against_float64(x, weight, grad, 1e-6, "from storage offset 1")
 
 
 @pytest.mark.parametrize("device,dtype", DEVICE_DTYPES)

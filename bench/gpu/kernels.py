@@ -28,3 +28,9 @@ def launch_limits() -> tuple[int, int, int]:
 def rms_norm_chunking() -> tuple[int, int]:
     """(rows per chunk, most chunks) of the RMSNorm weight gradient's first pass."""
     return _constants("rms_norm_cuda.cu", ("kChunkRows", "kMaxChunks"))
+
+
+def rms_norm_packing() -> tuple[int, int, int]:
+    """(the packed kernels' aim in threads, most threads, most 16-byte packs per thread) of RMSNorm's
+    rows held in registers: rows of more packs than the last two allow take the scalar kernels."""
+    return _constants("rms_norm_cuda.cu", ("kThreads", "kMaxThreads", "kMaxPacksPerThread"))

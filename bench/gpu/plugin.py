@@ -19,9 +19,9 @@ import json
 import subprocess
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-KERNELS = HERE.parent.parent / "kernels"
-HARNESS_SOURCE = HERE / "plugin_harness.cu"
+from .kernels import KERNELS
+
+HARNESS_SOURCE = Path(__file__).resolve().parent / "plugin_harness.cu"
 EDGE_VALUES = (0.0, -0.0, 1e-8, -1e-8, 1e-40, -1e-40, 20.0, -20.0, 88.0, -88.0, 1e4, -1e4,
                float("inf"), float("-inf"), float("nan"))
 BETAS = (1.0, 1.702, -0.3)

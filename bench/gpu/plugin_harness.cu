@@ -1,8 +1,9 @@
 // The ORT plugin's CUDA launch path without ONNX Runtime, for GPU hosts that have no
 // onnxruntime-gpu: the same call ort_plugin/src/cuda/swish_op.cc makes (swish::cuda::forward on a
 // device buffer and a non-default stream, float32 or float16), compiled from the same
-// kernels/swish_cuda.cu with the plugin's flags. bench/gpu_check.py builds it, runs it and compares
-// its output with a float64 reference (plugin_reference).
+// kernels/swish_cuda.cu with the plugin's flags. bench/gpu/plugin.py builds and runs it;
+// tests/test_plugin_cuda.py compares its output with the float64 reference there, and
+// bench.gpu_check times it against a copy.
 //
 //   plugin_harness f32|f16 OFFSET IN OUT BETA [BETA ...]
 //   plugin_harness time f32|f16 N REPS

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import xml.etree.ElementTree as ET
 from collections import defaultdict
 from pathlib import Path
@@ -62,27 +63,36 @@ def read_junit(junit: Path) -> list[Check]:
 
 def run_suite(env: dict[str, str], timeout: float, files: list[Path] | None = None) -> list[Check]:
     """The child pytest with `env` added (MYOPS_EXTENSION_LIBRARY, MYOPS_PLUGIN_HARNESS), its output
-    streamed as it comes; its checks, or one FAIL that says why it gave none."""
+    streamed as it comes (by a reader thread, so that the timeout holds even while it prints nothing);
+    MYOPS_REQUIRE_CUDA=1 makes its cuda tests fail rather than skip where it sees no GPU. Its checks,
+    or one FAIL that says why it gave none."""
     files = files or test_files()
     with tempfile.TemporaryDirectory(prefix="gpu-check-suite-") as tmp:
         junit = Path(tmp) / "suite.xml"
-        child_env = dict(os.environ, **env)
+        child_env = dict(os.environ, MYOPS_REQUIRE_CUDA="1", **env)
         child_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), child_env.get("PYTHONPATH")]))
         shown = [str(f.relative_to(REPO)) if f.is_relative_to(REPO) else str(f) for f in files]
         log(f"  pytest -m cuda {' '.join(shown)}")
         process = subprocess.Popen(command(files, junit), cwd=REPO, env=child_env, stdout=subprocess.PIPE,
                                    stderr=subprocess.STDOUT, text=True)
         tail: list[str] = []
-        try:
+
+        def read() -> None:
             for line in process.stdout:
                 print(f"    | {line.rstrip()}", flush=True)
-                tail = (tail + [line.rstrip()])[-40:]
+                tail.append(line.rstrip())
+                del tail[:-40]
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        try:
             process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
-            return [Check("suite", "pytest -m cuda", "FAIL", f"did not finish within {timeout:.0f} s")]
+            return [Check("suite", "pytest -m cuda", "FAIL", f"did not finish within {timeout:.0f} s\n" + "\n".join(tail))]
         finally:
+            reader.join(timeout=10)
             process.stdout.close()
         text = "\n".join(tail)
         if any(sign in text for sign in EXCLUSIVE_MODE_SIGNS):
