@@ -44,7 +44,7 @@ class LaunchBound(RuntimeError):
 @dataclass(frozen=True)
 class Stopping:
     """When to stop sampling: noise at most max_noise after min_samples, or time_cap_s of wall time."""
-    max_noise: float = MAX_NOISE
+    max_noise: float = MAX_NOISE  # math.inf: exactly min_samples samples
     min_samples: int = MIN_SAMPLES
     time_cap_s: float = TIME_CAP_S
 
@@ -53,8 +53,6 @@ class Stopping:
                 f"samples, at most {self.time_cap_s:g} s)")
 
 
-FIXED = Stopping(max_noise=math.inf, min_samples=10, time_cap_s=math.inf)  # exactly min_samples samples (an
-# infinite max_noise means a fixed count)
 
 
 @dataclass
@@ -155,12 +153,6 @@ def device_time(call, calls: int = 20, stopping: Stopping = Stopping()) -> Devic
     if state["unproven"]:
         method += " (no spin kernel in this torch: launch gaps may be included)"
     return DeviceTime(statistics.median(samples), relative_noise(samples), len(samples), quiet, method)
-
-
-def device_ms(call, calls: int = 20, batches: int = 10) -> tuple[float, str]:
-    """Median GPU milliseconds per call over exactly `batches` warm batches, and the method used."""
-    measured = device_time(call, calls, Stopping(max_noise=math.inf, min_samples=batches, time_cap_s=math.inf))
-    return measured.ms, measured.method
 
 
 def l2_flush(l2_bytes: int | None = None):

@@ -5,12 +5,17 @@ busy for a while, and an event recorded meanwhile stays pending, as one queued b
 """
 from __future__ import annotations
 
+import math
 import re
 import time
 
 import pytest
 
 from bench import cuda_timing
+
+
+def exactly(count: int) -> cuda_timing.Stopping:
+    return cuda_timing.Stopping(max_noise=math.inf, min_samples=count, time_cap_s=math.inf)
 
 
 def _sleeper(ms: float):
@@ -20,8 +25,9 @@ def _sleeper(ms: float):
 
 
 def test_device_time_of_a_batch_queued_behind_the_spin(host_clock_cuda):
-    ms, method = cuda_timing.device_ms(_sleeper(2), calls=5, batches=3)
-    assert 1.9 < ms < 6, ms
+    measured = cuda_timing.device_time(_sleeper(2), calls=5, stopping=exactly(3))
+    ms, method = measured.ms, measured.method
+    assert 1.9 < ms < 6 and measured.samples == 3, ms
     assert method.startswith("device: 5 calls queued behind a spin kernel") and "median over 3 batches" in method
 
 
@@ -43,7 +49,7 @@ def test_a_spin_that_ends_too_early_is_retried_longer(host_clock_cuda, monkeypat
             slow["ms"] = 3
         call()
 
-    ms, _ = cuda_timing.device_ms(slowing, calls=5, batches=1)
+    ms = cuda_timing.device_time(slowing, calls=5, stopping=exactly(1)).ms
     assert len(spins) >= 2 and spins[-1] > spins[0], spins
     assert ms > 2.5
 
@@ -51,14 +57,14 @@ def test_a_spin_that_ends_too_early_is_retried_longer(host_clock_cuda, monkeypat
 def test_launch_bound_when_no_spin_keeps_ahead(host_clock_cuda):
     host_clock_cuda.cycles_per_s = 1e15  # every spin ends at once: the host can never get ahead
     with pytest.raises(cuda_timing.LaunchBound, match="could not queue 5 calls"):
-        cuda_timing.device_ms(_sleeper(0.2), calls=5, batches=1)
+        cuda_timing.device_time(_sleeper(0.2), calls=5, stopping=exactly(1))
 
 
 def test_without_a_spin_kernel_the_method_says_so(host_clock_cuda, monkeypatch):
     import torch
 
     monkeypatch.delattr(torch.cuda, "_sleep")
-    _, method = cuda_timing.device_ms(_sleeper(0.2), calls=3, batches=2)
+    method = cuda_timing.device_time(_sleeper(0.2), calls=3, stopping=exactly(2)).method
     assert "launch gaps may be included" in method
 
 
@@ -103,8 +109,8 @@ def test_the_time_cap_ends_a_noisy_measurement():
 
 
 def test_a_fixed_count_takes_exactly_that_many():
-    samples, quiet = cuda_timing.sample_until_quiet(lambda: 1.0, cuda_timing.FIXED)
-    assert len(samples) == cuda_timing.FIXED.min_samples and not quiet
+    samples, quiet = cuda_timing.sample_until_quiet(lambda: 1.0, exactly(7))
+    assert len(samples) == 7 and not quiet
 
 
 def test_warm_device_time_reports_its_noise(host_clock_cuda):
