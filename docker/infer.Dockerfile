@@ -23,6 +23,7 @@ ARG CUDA_MODE=OFF CUDA_ARCHITECTURES=""
 ARG PLUGIN_CMAKE_ARGS=""
 RUN cmake -S /src/ort_plugin -B /build -DCMAKE_BUILD_TYPE=Release -DMYOPS_CUDA=${CUDA_MODE} ${PLUGIN_CMAKE_ARGS} \
         -DORT_INCLUDE_DIR="$(dirname "$(ls /src/.cache/myops-lab/ort-headers/*/include/onnxruntime_c_api.h)")" \
+        -DHWY_INCLUDE_DIR="$(ls -d /src/.cache/myops-lab/highway/*/include 2>/dev/null || true)" \
         ${CUDA_ARCHITECTURES:+"-DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCHITECTURES}"}
 RUN cmake --build /build -j "$(nproc)"
 

@@ -19,7 +19,7 @@ import threading
 import time
 from pathlib import Path
 
-from . import debian, matrix, platforms, toolkit, wheels
+from . import debian, highway, matrix, platforms, toolkit, wheels
 from .files import write_text_atomic
 
 REPO = Path(__file__).resolve().parent.parent
@@ -237,6 +237,9 @@ def _sources(dest: Path, headers) -> None:
             _link_or_copy(source, dest / name)
     # Inside the images src/ is /lab (or /src) with XDG_CACHE_HOME=<it>/.cache: the header cache layout.
     shutil.copytree(headers.include_dir, dest / ".cache" / "myops-lab" / "ort-headers" / headers.version / "include")
+    if highway.needed(REPO):  # an op whose CPU kernels build on Highway: its headers, in the same layout
+        shutil.copytree(highway.resolve().include_dir,
+                        dest / ".cache" / "myops-lab" / "highway" / highway.VERSION / "include")
 
 
 def prepare_context(entry: dict, locks: dict, toolkit_home: Path | None, *,

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from lab.provenance import first_line
 
-from lab import ort_headers
+from lab import highway, ort_headers
 
 PLUGIN_DIR = Path(__file__).resolve().parent
 REPO = PLUGIN_DIR.parent
@@ -88,6 +88,8 @@ def build(*, cuda: str = "AUTO", include_dir: str | None = None, sanitize: bool 
         "-DCMAKE_BUILD_TYPE=Release", f"-DORT_INCLUDE_DIR={found.include_dir}", f"-DMYOPS_CUDA={cuda}",
         # Always explicit, so a hand-set cache value cannot turn a normal build dir into a sanitized one.
         f"-DMYOPS_SANITIZE={SANITIZERS if sanitize else ''}",
+        # An op whose CPU kernels build on Highway (kernels/<op>_vec-inl.h): its pinned headers.
+        *[f"-DHWY_INCLUDE_DIR={path}" for path in highway.include_dirs(REPO, log=log)],
     ]
     if cuda_architectures:  # CMake syntax ("80-real;90"); else the cached value, CMakeLists.txt's default at first
         configure.append(f"-DCMAKE_CUDA_ARCHITECTURES={cuda_architectures}")

@@ -1,0 +1,79 @@
+// Fast float32 math in Google Highway's portable vectors, for the CPU kernels of any op (a scaffolded
+// op's <op>_vec-inl.h includes it). Highway's own hwy/contrib/math/math-inl.h has the rest (Log1p,
+// Tanh, Sin, ...), accurate to a few ulp but slower: its Exp made Swish's forward 2.1x slower than
+// the exp below, SLEEF 3.5.1's 1.9x (bench/vecmath, docs/your-op.md).
+// Included once per CPU target by foreach_target.h: the guard is Highway's per-target toggle.
+#if defined(MYOPS_VEC_MATH_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef MYOPS_VEC_MATH_INL_H_
+#undef MYOPS_VEC_MATH_INL_H_
+#else
+#define MYOPS_VEC_MATH_INL_H_
+#endif
+
+#include <hwy/highway.h>
+
+HWY_BEFORE_NAMESPACE();
+namespace vec_math {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// p * 2^whole, whole an integer in [-127, 128] held as a float: 2^whole built in the exponent bits by
+// adding 2^23 + 127 (exact: the low bits of the sum are whole + 127) rather than by a float-to-int
+// conversion, which Highway guards against overflow with more instructions. 2^128 is +inf, 2^-127
+// is 0 (the true value is subnormal).
+template <class D, class V>
+HWY_INLINE V ScaleByPow2(D d, V p, V whole) {
+  const hn::RebindToSigned<D> di;
+  const V biased = hn::Add(whole, hn::Set(d, 8388608.0f + 127.0f));
+  return hn::Mul(p, hn::BitCast(d, hn::ShiftLeft<23>(hn::BitCast(di, biased))));
+}
+
+// 2^f for f in about [0, 1): the degree-5 minimax polynomial of kernels/swish.h's hand-written kernels.
+template <class D, class V>
+HWY_INLINE V Pow2Fraction(D d, V f) {
+  V p = hn::Set(d, 1.8775727e-3f);
+  p = hn::MulAdd(p, f, hn::Set(d, 8.9893444e-3f));
+  p = hn::MulAdd(p, f, hn::Set(d, 5.5826318e-2f));
+  p = hn::MulAdd(p, f, hn::Set(d, 2.4015361e-1f));
+  p = hn::MulAdd(p, f, hn::Set(d, 6.9315308e-1f));
+  return hn::MulAdd(p, f, hn::Set(d, 9.9999994e-1f));
+}
+
+// 2^t: +inf from 128 up, 0 below -127 (where 2^t is subnormal). A NaN t stays NaN through Min, Max and
+// the polynomial.
+template <class D, class V>
+HWY_INLINE V Exp2(D d, V t) {
+  const V clamped = hn::Min(hn::Set(d, 128.0f), hn::Max(hn::Set(d, -127.0f), t));
+  const V whole = hn::Floor(clamped);
+  return ScaleByPow2(d, Pow2Fraction(d, hn::Sub(clamped, whole)), whole);
+}
+
+// e^x: +inf above about 88.72, 0 below about -88.03 (where e^x is subnormal), NaN stays NaN. Cody-Waite
+// reduction, x = n ln2 + r with ln2 in two parts (n * kLn2Hi is exact), so that the fraction is as
+// accurate as r at both ends of the range (2^(x log2 e) directly was 4e-6 relative off there).
+template <class D, class V>
+HWY_INLINE V Exp(D d, V x) {
+  const V log2e = hn::Set(d, 1.44269504088896341f);
+  const V xc = hn::Min(hn::Set(d, 88.8f), hn::Max(hn::Set(d, -88.03f), x));
+  const V whole = hn::Floor(hn::Max(hn::Set(d, -127.0f), hn::Mul(xc, log2e)));
+  const V r = hn::NegMulAdd(whole, hn::Set(d, -2.12194440e-4f), hn::NegMulAdd(whole, hn::Set(d, 0.693359375f), xc));
+  const V y = ScaleByPow2(d, Pow2Fraction(d, hn::Mul(r, log2e)), whole);
+#if HWY_ARCH_X86 && HWY_TARGET != HWY_SCALAR && HWY_TARGET != HWY_EMU128
+  return y;  // x86's min and max return their second operand, x, when it is NaN: NaN went through
+#else
+  return hn::IfThenElse(hn::IsNaN(x), x, y);  // elsewhere Min and Max may return the bound for a NaN
+#endif
+}
+
+// 1 / (1 + e^-x): exactly 0 for very negative x (e^-x is +inf), 1 for large x.
+template <class D, class V>
+HWY_INLINE V Sigmoid(D d, V x) {
+  const V one = hn::Set(d, 1.0f);
+  return hn::Div(one, hn::Add(one, Exp(d, hn::Neg(x))));
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace vec_math
+HWY_AFTER_NAMESPACE();
+
+#endif  // MYOPS_VEC_MATH_INL_H_ toggle

@@ -1,0 +1,83 @@
+"""kernels/vec_math-inl.h (the fast Exp and Sigmoid that scaffolded ops' CPU kernels build on, in
+Highway's portable vectors) against float64, on every CPU path this machine runs, through
+MYOPS_VEC_DISPATCH as an op calls them: MYOPS_CPU_ISA caps the path, and the cap is seen to be taken.
+Also: bench.vecmath, the measurement behind the choice of library, builds and runs."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bench.cpu_paths import runnable
+from lab import highway
+
+REPO = Path(__file__).resolve().parent.parent
+# Specials and the ends of the range, then values across it: ties of the floor, tiny and huge.
+SPECIALS = [0.0, -0.0, 1e-40, -1e-40, 1e-7, -1e-7, 0.5, -0.5, 1.0, -1.0, 88.0, 88.72, 88.73, 1e4,
+            -87.3, -87.4, -88.0, -104.0, -1e4, float("inf"), float("-inf"), float("nan")]
+
+
+@pytest.fixture(scope="module")
+def harness(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("vec-math") / "vec_math_harness"
+    include = highway.resolve(log=lambda m: None).include_dir
+    subprocess.run(["g++", "-O2", "-std=c++17", f"-I{REPO / 'kernels'}", f"-I{REPO / 'tests'}", f"-I{include}",
+                    str(REPO / "tests" / "vec_math_harness.cc"), "-o", str(out)], check=True, timeout=600)
+    return out
+
+
+def _run(harness: Path, x: np.ndarray, path: str, work: Path) -> tuple[np.ndarray, np.ndarray, str]:
+    x.astype(np.float32).tofile(work / "x.f32")
+    child = subprocess.run([str(harness), str(work / "x.f32"), str(work / "exp.f32"), str(work / "sigmoid.f32")],
+                           env=dict(os.environ, MYOPS_CPU_ISA=path), capture_output=True, text=True, timeout=120)
+    assert child.returncode == 0, child.stderr
+    return np.fromfile(work / "exp.f32", np.float32), np.fromfile(work / "sigmoid.f32", np.float32), child.stderr
+
+
+def _inputs() -> np.ndarray:
+    rng = np.random.default_rng(11)
+    spread = rng.uniform(-90.0, 90.0, 100_003)  # an odd count: a tail of single lanes
+    return np.concatenate([np.array(SPECIALS), spread, rng.normal(0, 2, 10_000)]).astype(np.float32)
+
+
+@pytest.mark.parametrize("path", runnable() or ["baseline"])
+def test_exp_and_sigmoid_match_float64_on_every_path(harness, path, tmp_path):
+    x = _inputs()
+    exp, sigmoid, stderr = _run(harness, x, path, tmp_path)
+    assert f"MYOPS_CPU_ISA={path}: the CPU path is {path}" in stderr, stderr
+    x64 = x.astype(np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        exp64, sigmoid64 = np.exp(x64), 1.0 / (1.0 + np.exp(-x64))
+    # Where e^x is a normal float32: within 3e-7 relative (a few ulp; the polynomial's own error).
+    normal = np.isfinite(x64) & (x64 > -87.3) & (x64 < 88.72)
+    np.testing.assert_allclose(exp[normal], exp64[normal], rtol=3e-7, atol=0)
+    np.testing.assert_allclose(sigmoid[np.isfinite(x64)], sigmoid64[np.isfinite(x64)], rtol=5e-7, atol=1e-30)
+    # The ends: +inf above the float range, 0 (not a subnormal) below it; inf, -inf and NaN as expf.
+    assert np.all(np.isposinf(exp[x64 > 88.73])) and np.all(exp[(x64 < -87.4) & (x64 > -np.inf)] == 0)
+    assert np.isposinf(exp[x64 == np.inf]).all() and (exp[x64 == -np.inf] == 0).all() and np.isnan(exp[np.isnan(x64)]).all()
+    assert (sigmoid[x64 == np.inf] == 1).all() and (sigmoid[x64 == -np.inf] == 0).all() and np.isnan(sigmoid[np.isnan(x64)]).all()
+
+
+def test_every_path_gives_the_same_vector_results(harness, tmp_path):
+    """The vector paths share one polynomial and one FMA per step: the same bits (the baseline, without
+    FMA, may differ in the last bit)."""
+    vector_paths = [p for p in runnable() if p != "baseline"]
+    if len(vector_paths) < 2:
+        pytest.skip(f"one vector path on this CPU ({vector_paths or 'none'}): nothing to compare")
+    x = _inputs()
+    first, *others = [_run(harness, x, path, tmp_path)[0] for path in vector_paths]
+    for other in others:
+        np.testing.assert_array_equal(first, other)
+
+
+def test_bench_vecmath_builds_and_measures_each_library():
+    out = subprocess.run([sys.executable, "-m", "bench.vecmath"], cwd=REPO, capture_output=True, text=True,
+                         timeout=600, env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = [line for line in out.stdout.splitlines() if line.startswith("| ") and "x |" in line]
+    libraries = {row.split("|")[3].strip() for row in rows}
+    assert {"hand", "highway-contrib", "highway-lab"} <= libraries, out.stdout
