@@ -420,6 +420,9 @@ def bench(session: nox.Session) -> None:
     parser.add_argument("--entry")
     parser.add_argument("--on", action="append", default=[])
     args, rest = parser.parse_known_args(session.posargs)
+    if {"-h", "--help"} & set(rest):  # at once: no venv install, no image build
+        _bench_help()
+        session.skip("help shown")
     if args.on:
         if args.backend or args.entry:
             session.error("--on runs each target's infer image: give the entry in the target (docker@cpu, "
@@ -436,18 +439,48 @@ def bench(session: nox.Session) -> None:
         session.run("python", "-m", "bench.run", "--entry", args.entry, *rest)
         return
     session.install("-r", str(REPO / "requirements" / "nox.txt"))
+    # Where the run writes is decided here, where git can see the checkout (bench.run_args), and mounted.
+    from bench import run_args
+    from lab import provenance
+
+    given, rest = _without_results(rest)
+    results, why = run_args.destination(run_args.parser().parse_known_args([*rest, "--results", given] if given else rest)[0])
+    if why not in ("--results", "the default"):
+        session.log(f"writing to {results} ({why}), not the committed results/; pass --results results to write there")
     try:
         tags = docker.build_images(args.entry, log=session.log)
         image = f"{tags['train']}@{docker.image_id(tags['train'])}"
-        (REPO / "results").mkdir(exist_ok=True)
+        results.mkdir(parents=True, exist_ok=True)
         result = docker.run_interactive(
             tags["train"], "python", "-m", "bench.run", "--entry", args.entry, "--results", "/lab/results", *rest,
-            volumes={str(REPO / "results"): "/lab/results"},
-            env={"MYOPS_IMAGE": image, "MYOPS_GIT_SHA": docker.revision()})
+            volumes={str(results.resolve()): "/lab/results"},
+            env={"MYOPS_IMAGE": image, "MYOPS_GIT_SHA": docker.revision(),
+                 "MYOPS_GIT_DIRTY": str(provenance.git_state()["git_dirty"])})
     except docker.DockerError as exc:
         session.error(str(exc))
     if result != 0:
         session.error(f"the benchmark failed inside {tags['train']} (exit {result})")
+
+
+def _bench_help() -> None:
+    """`nox -s bench -- --help`: this session's own options, then bench.run's (a parser that imports
+    nothing heavy)."""
+    from bench import run_args
+
+    print("usage: nox -s bench -- [--backend {docker,local}] [--entry ENTRY] [--on TARGET ...] [bench.run options]\n\n"
+          "  --backend      docker: inside the entry's train image (the default where a Docker daemon answers);\n"
+          "                 local: in a virtualenv with the entry's pins\n"
+          "  --entry        the matrix entry (default: cpu)\n"
+          "  --on TARGET    run the infer image's bench on Docker hosts instead (python -m bench.fanout --help)\n")
+    run_args.parser().print_help()
+
+
+def _without_results(rest: list[str]) -> tuple[Path | None, list[str]]:
+    """(the --results folder given, the other arguments): inside the image the results are a mount."""
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--results", type=Path)
+    known, others = parser.parse_known_args(rest)
+    return known.results, others
 
 
 def _targets(session: nox.Session, specs: list[str]) -> list:

@@ -231,9 +231,7 @@ def sampled_summary(entry_dir: Path, rows: list[dict], groups: dict, sweep: list
             per_workload[r["workload"]] = max(per_workload.get(r["workload"], 1), int(r["processes"] or 1))
     processes = ", ".join(f"{n} per {w} row" for w, n in per_workload.items())
     lines = [f"# Benchmark summary: entry `{entry}`", "",
-             f"Device: {first['device']}; torch {first['torch']}, onnx {first['onnx']}, onnxruntime {first['onnxruntime']}; "
-             f"{first['threads']} threads; git {first['git_sha'][:12]}{' (dirty)' if first['git_dirty'] == 'True' else ''}; "
-             f"measured {first['timestamp']}.", "",
+             provenance_line(rows), "",
              f"Latency: rows ran in fresh processes ({processes}; torch.compile, a reference row that compiles "
              "for seconds in each, in one), in interleaved rounds (each round runs every "
              "row once, starting at a rotated position, so that the machine's drift hits every row alike). p50 is "
@@ -289,9 +287,7 @@ def summary(entry_dir: Path, rows: list[dict], targets: list[dict]) -> str:
         found = {r["dtype"] for r in rows}
         return _gpu_summary(entry, rows, targets, [d for d in DTYPES if d in found] + sorted(found - set(DTYPES)))
     lines = [f"# Benchmark summary: entry `{entry}`", "",
-             f"Device: {first['device']}; torch {first['torch']}, onnx {first['onnx']}, onnxruntime {first['onnxruntime']}; "
-             f"{first['threads']} threads; git {first['git_sha'][:12]}{' (dirty)' if first['git_dirty'] == 'True' else ''}; "
-             f"measured {first['timestamp']}.", "",
+             provenance_line(rows), "",
              "Latency: median (p50) of timed runs after warm-ups, `time.perf_counter`; each row in a fresh process. "
              f"Memory: {first['memory_method']}. GB/s: the least bytes the workload must move (read x, write y) "
              "over p50; 'of copy floor' is the copy's p50 over the row's (1.00 = as fast as a plain copy).", "",
@@ -339,13 +335,35 @@ def _targets_table(targets: list[dict]) -> list[str]:
     return lines + [""]
 
 
+def provenance_line(rows: list[dict], gpu: bool = False) -> str:
+    """Where and when the rows shown were measured, read off those rows: one value where they agree,
+    each value (with how many rows) where they do not (bench.csv is upserted, so a run of some
+    workloads leaves the others' rows from an earlier run or machine)."""
+    def values(key: str, short=lambda v: v) -> str:
+        counts: dict[str, int] = {}
+        for r in rows:
+            value = short(str(r.get(key) or "-"))
+            counts[value] = counts.get(value, 0) + 1
+        if len(counts) == 1:
+            return next(iter(counts))
+        return "; ".join(f"{value} ({n} rows)" for value, n in counts.items())
+
+    dirty = any(str(r.get("git_dirty")) == "True" for r in rows)
+    stamps = sorted(str(r.get("timestamp") or "") for r in rows if r.get("timestamp"))
+    when = (stamps[0] if stamps[0] == stamps[-1] else f"from {stamps[0]} to {stamps[-1]}") if stamps else "-"
+    versions = (f"driver {values('driver')}; torch {values('torch')} (CUDA {values('cuda')})" if gpu else
+                f"torch {values('torch')}, onnx {values('onnx')}, onnxruntime {values('onnxruntime')}; "
+                f"{values('threads')} threads")
+    return (f"Device: {values('device')} (host {values('host')}); {versions}; "
+            f"git {values('git_sha', lambda v: v[:12])}{' (dirty)' if dirty else ''}; measured {when}" + ("" if gpu else "."))
+
+
 def _gpu_summary(entry: str, rows: list[dict], targets: list[dict], dtypes: list[str]) -> str:
     ort_rows = [r for r in rows if r["execution_provider"] == "CUDAExecutionProvider"]
     first = next(r for r in rows if r["execution_provider"] == "torch-cuda")
     lines = [f"# Benchmark summary: entry `{entry}` (GPU, PyTorch rows)", "",
-             f"Device: {first['device']}, driver {first['driver']}; torch {first['torch']} (CUDA {first['cuda']}); "
-             f"git {first['git_sha'][:12]}{' (dirty)' if first['git_dirty'] == 'True' else ''}; measured {first['timestamp']} "
-             "by `python -m bench.gpu_check`.", "",
+             provenance_line([r for r in rows if r["execution_provider"] == "torch-cuda"], gpu=True)
+             + " by `python -m bench.gpu_check`.", "",
              f"Timing: {first.get('timing_method') or 'CUDA events around each run'}. Per call is what a caller "
              "waits for (dispatch and launch included); device is what the GPU spends. Memory: "
              f"{first['memory_method']}. GB/s: the least bytes a row must move (forward: read x, write y; backward: "

@@ -12,7 +12,6 @@ leaves the previous results as they were.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import tempfile
 import time
@@ -24,13 +23,13 @@ from lab.files import upsert_csv, write_csv_atomic
 from infer.measure import TORCH_ROWS
 from infer.rows import COLUMNS, copy_models, derive, file_sha256, ort_row_specs, record, samples_of  # noqa: F401 (COLUMNS: imported from here elsewhere)
 from infer.rows import write as write_rows
-from infer.workloads import GPU_ONLY_WORKLOADS, NATIVE_ROWS, WORKLOADS
-from .cpu_paths import PATHS, capped_specs, chosen, runnable
+from infer.workloads import NATIVE_ROWS, WORKLOADS
+from . import run_args
+from .cpu_paths import capped_specs, chosen, runnable
 from .rounds import run_child, schedule
 from .stats import timing_figures
 
 REPO = Path(__file__).resolve().parent.parent
-RESULTS = REPO / "results"
 
 
 def plan(args, opsets: list[int], models: dict, plugin: str) -> list[dict]:
@@ -62,6 +61,15 @@ def native_applies(op: str, beta: float) -> bool:
 
     declared = OPS[op]
     return declared.native is not None and declared.native_applies(declared.attributes(beta=beta))
+
+
+def has_targets(workloads: list[str]) -> bool:
+    """Whether any of these workloads has paired target ratios: an op-alone workload (the FFN has none) of
+    Swish (bench.targets' own) or of an op that declares targets."""
+    from ops.registry import OPS
+
+    return any(WORKLOADS[w].op_alone and (WORKLOADS[w].op == "swish" or OPS[WORKLOADS[w].op].targets)
+               for w in workloads)
 
 
 def export_models(args, opsets: list[int], out: Path) -> dict:
@@ -147,42 +155,12 @@ def measure_rounds(specs: list[dict], rounds: int, label, log=print) -> list[lis
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.splitlines()[0])
-    parser.add_argument("--entry", default=matrix.DEFAULT_ENTRY, help="matrix entry (default: cpu)")
-    parser.add_argument("--workload", nargs="+", choices=sorted(set(WORKLOADS) - set(GPU_ONLY_WORKLOADS)),
-                        default=[w for w in WORKLOADS if w not in GPU_ONLY_WORKLOADS],
-                        help="default: every op's CPU workloads (opspec/<op>.py)")
-    parser.add_argument("--beta", type=float, default=1.0)
-    parser.add_argument("--threads", type=int, default=os.cpu_count(), help="torch and ORT intra-op threads")
-    parser.add_argument("--warmup", type=int, default=10)
-    parser.add_argument("--runs", type=int, default=100)
-    parser.add_argument("--ffn-warmup", type=int, default=2, help="the FFN is ~0.4 s a run on 2 CPU cores")
-    parser.add_argument("--ffn-runs", type=int, default=6, help="per process")
-    parser.add_argument("--ffn-rounds", type=int, default=2,
-                        help="processes per FFN row, at most --rounds (its matmuls set its time; the activation is "
-                             "what differs)")
-    parser.add_argument("--rounds", type=int, default=3,
-                        help="fresh processes per row, interleaved: each round runs every row once, rotated")
-    parser.add_argument("--no-sweep", action="store_true", help="skip the size sweep of the activation alone")
-    parser.add_argument("--sweep-rounds", type=int, default=2, help="processes per implementation in the sweep")
-    parser.add_argument("--quick", action="store_true",
-                        help="a smoke run: 2 rounds, fewer runs, one opset, no sweep, no torch.compile, 30 pairs in one process")
-    parser.add_argument("--exporter", choices=["dynamo", "torchscript"], default="dynamo")
-    parser.add_argument("--opsets", type=int, nargs="+", help="default: the entry's opsets")
-    parser.add_argument("--pairs", type=int, default=100, help="alternating A/B pairs per target ratio")
-    parser.add_argument("--target-processes", type=int, default=3,
-                        help="fresh processes the target pairs run in (the interval is over processes, then pairs)")
-    parser.add_argument("--no-targets", action="store_true", help="skip the paired target ratios")
-    parser.add_argument("--no-compile", action="store_true",
-                        help="skip the torch.compile reference row (otherwise measured at each op's first workload)")
-    parser.add_argument("--profile", action="store_true",
-                        help="ORT and torch profiler chrome traces under results/<entry>/traces/ (the summary "
-                             "states the custom node's share of the ORT run time)")
-    parser.add_argument("--isa", nargs="+", choices=["all", *PATHS], default=[],
-                        help="also measure the extension and the plugin's op on these CPU paths (MYOPS_CPU_ISA), "
-                             "each as rows of their own: `--isa all` takes every path this CPU runs")
-    parser.add_argument("--results", type=Path, default=RESULTS)
+    parser = run_args.parser()
     args = parser.parse_args(argv)
+    args.results, why = run_args.destination(args)
+    if args.results == run_args.SCRATCH and why != "--results":
+        print(f"[bench] writing to {args.results} ({why}), not the committed results/; pass --results results to "
+              "write there", flush=True)
     try:
         args.isa_paths = chosen(args.isa, runnable()) if args.isa else []
     except ValueError as exc:
@@ -249,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
             samples += sweep_samples
             print(f"[bench] sweep measured ({time.perf_counter() - started:.0f} s since start)", flush=True)
         target_rows = []
-        if not args.no_targets and any(WORKLOADS[w].op_alone for w in args.workload):  # the FFN has no targets
+        if not args.no_targets and has_targets(args.workload):
             from .targets import measure_targets
 
             target_rows = measure_targets(args, models, plugin, rows, facts)

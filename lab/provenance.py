@@ -42,10 +42,37 @@ def _version(module: str) -> str | None:
         return None
 
 
+# Where an op's files live: an untracked file there (a scaffolded op not yet committed) is part of what
+# runs, so it makes the tree dirty; untracked files elsewhere (notes, data) do not.
+OP_FOLDERS = ("kernels", "ops", "opspec", "ort_plugin", "tests")
+
+
+def _changed_paths() -> list[str] | None:
+    """Tracked files that differ from HEAD anywhere, and untracked files in the op folders (None
+    outside a git checkout)."""
+    tracked = _run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO)
+    untracked = _run(["git", "ls-files", "--others", "--exclude-standard", "--", *OP_FOLDERS], cwd=REPO)
+    if tracked is None or untracked is None:
+        return None
+    return [line[3:] for line in tracked.splitlines() if line.strip()] + [line for line in untracked.splitlines() if line]
+
+
 def git_state() -> dict:
     sha = _run(["git", "rev-parse", "HEAD"], cwd=REPO)
-    status = _run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO)
-    return {"git_sha": sha or os.environ.get("MYOPS_GIT_SHA"), "git_dirty": bool(status) if status is not None else None}
+    changed = _changed_paths()
+    # Outside a checkout (inside an image) the host's view, where it was handed in.
+    handed = {"True": True, "False": False}.get(os.environ.get("MYOPS_GIT_DIRTY", ""))
+    return {"git_sha": sha or os.environ.get("MYOPS_GIT_SHA"), "git_dirty": bool(changed) if changed is not None else handed}
+
+
+def uncommitted_op_files(op: str) -> list[str]:
+    """An op's files (named <op>.*, <op>_*, test_<op>.py in the op folders) that are untracked or differ
+    from HEAD: a run of such an op measures work in progress. [] outside a git checkout."""
+    def of_op(path: str) -> bool:
+        name = Path(path).name
+        return path.split("/", 1)[0] in OP_FOLDERS and (
+            name.startswith((f"{op}.", f"{op}_")) or name == f"test_{op}.py")
+    return [path for path in _changed_paths() or [] if of_op(path)]
 
 
 def cpu_name() -> str:
