@@ -30,12 +30,14 @@ def harness(tmp_path_factory) -> Path:
     return out
 
 
-def _run(harness: Path, x: np.ndarray, path: str, work: Path) -> tuple[np.ndarray, np.ndarray, str]:
+def _run(harness: Path, x: np.ndarray, path: str, work: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, str]:
+    """(Exp, Sigmoid, ExpFast) of x on the path, and what the harness printed."""
     x.astype(np.float32).tofile(work / "x.f32")
-    child = subprocess.run([str(harness), str(work / "x.f32"), str(work / "exp.f32"), str(work / "sigmoid.f32")],
+    outputs = [work / f"{name}.f32" for name in ("exp", "sigmoid", "exp_fast")]
+    child = subprocess.run([str(harness), str(work / "x.f32"), *map(str, outputs)],
                            env=dict(os.environ, MYOPS_CPU_ISA=path), capture_output=True, text=True, timeout=120)
     assert child.returncode == 0, child.stderr
-    return np.fromfile(work / "exp.f32", np.float32), np.fromfile(work / "sigmoid.f32", np.float32), child.stderr
+    return (*(np.fromfile(out, np.float32) for out in outputs), child.stderr)
 
 
 def _inputs() -> np.ndarray:
@@ -47,7 +49,7 @@ def _inputs() -> np.ndarray:
 @pytest.mark.parametrize("path", runnable() or ["baseline"])
 def test_exp_and_sigmoid_match_float64_on_every_path(harness, path, tmp_path):
     x = _inputs()
-    exp, sigmoid, stderr = _run(harness, x, path, tmp_path)
+    exp, sigmoid, exp_fast, stderr = _run(harness, x, path, tmp_path)
     assert f"MYOPS_CPU_ISA={path}: the CPU path is {path}" in stderr, stderr
     x64 = x.astype(np.float64)
     with np.errstate(over="ignore", invalid="ignore"):
@@ -55,6 +57,9 @@ def test_exp_and_sigmoid_match_float64_on_every_path(harness, path, tmp_path):
     # Where e^x is a normal float32: within 3e-7 relative (a few ulp; the polynomial's own error).
     normal = np.isfinite(x64) & (x64 > -87.3) & (x64 < 88.72)
     np.testing.assert_allclose(exp[normal], exp64[normal], rtol=3e-7, atol=0)
+    # ExpFast: the product x log2 e rounds once, an error |x| log2 e ulp(1) wide: under 6e-6 up to |x| = 88.
+    np.testing.assert_allclose(exp_fast[normal], exp64[normal], rtol=6e-6, atol=0)
+    assert np.all(np.isposinf(exp_fast[x64 > 88.73])) and np.isnan(exp_fast[np.isnan(x64)]).all()
     np.testing.assert_allclose(sigmoid[np.isfinite(x64)], sigmoid64[np.isfinite(x64)], rtol=5e-7, atol=1e-30)
     # The ends: +inf above the float range, 0 (not a subnormal) below it; inf, -inf and NaN as expf.
     assert np.all(np.isposinf(exp[x64 > 88.73])) and np.all(exp[(x64 < -87.4) & (x64 > -np.inf)] == 0)

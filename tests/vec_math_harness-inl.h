@@ -33,6 +33,10 @@ inline void Exp(const float* x, float* y, int64_t n) {
   Apply(x, y, n, [](auto d, auto v) { return vm::Exp(d, v); });
 }
 
+inline void ExpFast(const float* x, float* y, int64_t n) {
+  Apply(x, y, n, [](auto d, auto v) { return vm::ExpFast(d, v); });
+}
+
 inline void Sigmoid(const float* x, float* y, int64_t n) {
   Apply(x, y, n, [](auto d, auto v) { return vm::Sigmoid(d, v); });
 }

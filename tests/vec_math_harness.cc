@@ -1,6 +1,6 @@
 // tests/test_vec_math.py's harness: kernels/vec_math-inl.h's Exp and Sigmoid over a file of float32,
 // on the CPU path MYOPS_CPU_ISA leaves (through MYOPS_VEC_DISPATCH, as an op's kernels call them).
-// Usage: vec_math_harness IN OUT_EXP OUT_SIGMOID (raw float32 files).
+// Usage: vec_math_harness IN OUT_EXP OUT_SIGMOID OUT_EXP_FAST (raw float32 files).
 #include <cstdint>
 #include <cstdio>
 #include <vector>
@@ -30,11 +30,12 @@ static bool write_floats(const char* path, const std::vector<float>& values) {
 }
 
 int main(int argc, char** argv) {
-  if (argc != 4) return 2;
+  if (argc != 5) return 2;
   const std::vector<float> x = read_floats(argv[1]);
-  std::vector<float> e(x.size()), s(x.size());
+  std::vector<float> e(x.size()), s(x.size()), f(x.size());
   const int64_t n = static_cast<int64_t>(x.size());
   MYOPS_VEC_DISPATCH(harness, Exp)(x.data(), e.data(), n);
   MYOPS_VEC_DISPATCH(harness, Sigmoid)(x.data(), s.data(), n);
-  return write_floats(argv[2], e) && write_floats(argv[3], s) ? 0 : 1;
+  MYOPS_VEC_DISPATCH(harness, ExpFast)(x.data(), f.data(), n);
+  return write_floats(argv[2], e) && write_floats(argv[3], s) && write_floats(argv[4], f) ? 0 : 1;
 }

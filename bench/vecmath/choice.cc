@@ -4,7 +4,7 @@
 //   hand             kernels/swish.h's hand-written intrinsics
 //   highway-contrib  Google Highway's portable vectors with its contrib Exp
 //   highway-lab      Highway's portable vectors with kernels/vec_math-inl.h's Exp
-//   highway-exp2     the same with vec_math-inl.h's Exp2 of x log2 e (Swish's own algorithm)
+//   highway-fast     the same with vec_math-inl.h's ExpFast (Swish's own algorithm)
 //   sleef            SLEEF's vector exp (Sleef_expf16_u10avx512f, Sleef_expf8_u10avx2) on intrinsics
 //                    (built only where SLEEF is installed: MYOPS_VECMATH_SLEEF)
 // Usage: choice N PASSES. Prints "path library min median max" (ns per element over 5 interleaved
@@ -82,11 +82,11 @@ int main(int argc, char** argv) {
       {"avx512", "hand", hand_avx512, avx512},
       {"avx512", "highway-contrib", vecmath_choice::N_AVX3::SwishContrib, avx512},
       {"avx512", "highway-lab", vecmath_choice::N_AVX3::SwishLab, avx512},
-      {"avx512", "highway-exp2", vecmath_choice::N_AVX3::SwishLabExp2, avx512},
+      {"avx512", "highway-fast", vecmath_choice::N_AVX3::SwishLabFast, avx512},
       {"avx2", "hand", hand_avx2, avx2},
       {"avx2", "highway-contrib", vecmath_choice::N_AVX2::SwishContrib, avx2},
       {"avx2", "highway-lab", vecmath_choice::N_AVX2::SwishLab, avx2},
-      {"avx2", "highway-exp2", vecmath_choice::N_AVX2::SwishLabExp2, avx2},
+      {"avx2", "highway-fast", vecmath_choice::N_AVX2::SwishLabFast, avx2},
 #if MYOPS_VECMATH_SLEEF
       {"avx512", "sleef", sleef_avx512, avx512},
       {"avx2", "sleef", sleef_avx2, avx2},
