@@ -149,6 +149,13 @@ def _op_callables(spec: dict, op_name: str, paths: dict, x_np) -> dict:
     }
     if op.native is not None and op.native_applies(op.attributes(beta=spec["beta"])):  # F.rms_norm: torch >= 2.4
         calls[op.spec.native_row] = lambda: op.native(*arguments)
+    # The copy floors of an op-alone workload, as Swish's targets have them.
+    out = torch.empty_like(x)
+    calls.update(torch_copy=lambda: x.clone(), torch_copy_into=lambda: out.copy_(x))
+    if "plugin_copy" in paths:
+        calls["ort_plugin_copy"] = session(paths["plugin_copy"], with_plugin=True)
+    if "copy" in paths:
+        calls["ort_copy"] = session(paths["copy"])
     return calls
 
 

@@ -1,4 +1,4 @@
-"""Scaffold a new elementwise op across the three layers: `nox -s new_op -- NAME` (or `python -m lab.new_op NAME`).
+"""Scaffold a new elementwise op across the three layers: `nox -s new_op -- NAME [--native EXPR]` (or `python -m lab.new_op NAME`).
 
 Writes, from lab/new_op_templates/, the op's torch-free declaration (opspec/), its math header and
 CUDA functors (kernels/), the extension's schema and CPU/CUDA kernels (ops/csrc/), its Python side
@@ -10,6 +10,7 @@ edited, so the scaffold builds and its tests pass as written. Nothing else is ed
 from __future__ import annotations
 
 import argparse
+import ast
 import keyword
 import os
 import re
@@ -35,7 +36,10 @@ CPP_RESERVED = {
     "fma", "fmax", "fmin", "fmod", "hypot", "log", "log10", "log1p", "log2", "max", "min", "pow", "round", "sin",
     "sinh", "sqrt", "tan", "tanh", "trunc", "div", "signbit", "isnan", "isinf",
     "std", "at", "c10", "torch", "cpu", "cuda", "myops", "myops_cuda", "internal", "ops", "onnx",
+    "hwy", "hn", "vm", "vec", "vec_math", "vec_targets", "cpu_isa",
 }
+# What a --native expression may name: the op's input and PyTorch.
+NATIVE_NAMES = {"x", "torch", "F"}
 ONNX_TYPE_PATTERN = re.compile(r"[A-Z][A-Za-z0-9]*")
 
 
@@ -72,12 +76,38 @@ def _check(name: str, onnx_type: str, repo: Path) -> None:
         raise ScaffoldError(f"the ONNX op type {onnx_type!r} belongs to another op: pass --onnx-type with another name")
 
 
-def planned_files(name: str, onnx_type: str, repo: Path = REPO) -> dict[Path, str]:
+def check_native(expression: str) -> str:
+    """A --native expression, stripped: one Python expression in x, torch and F (torch.nn.functional)."""
+    expression = expression.strip()
+    try:
+        tree = ast.parse(expression, mode="eval")
+    except SyntaxError as exc:
+        raise ScaffoldError(f"--native {expression!r} is not a Python expression ({exc.msg}); write PyTorch's "
+                            "function of x, e.g. \"F.gelu(x, approximate='tanh')\"") from exc
+    names = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
+    unknown = sorted(names - NATIVE_NAMES)
+    if "x" not in names or unknown:
+        raise ScaffoldError(f"--native {expression!r} must be a function of x that uses only torch and F "
+                            f"(torch.nn.functional){'; it names ' + ', '.join(unknown) if unknown else ''}")
+    return ast.unparse(tree)  # one line, quotes normalised: safe to write into the templates
+
+
+def native_values(name: str, native: str | None) -> dict[str, str]:
+    """What the templates say about PyTorch's own function for the op: nothing, or its bench row."""
+    if not native:
+        return {"native_row": "", "native_import": "", "native": ""}
+    return {"native_row": f'\n    native_row="torch_native_{name}",  # PyTorch\'s own: {native}',
+            "native_import": "\nimport torch.nn.functional as F  # noqa: F401 (the native expression may use it)",
+            "native": f"\n    native=lambda x: {native},\n    native_text={native!r},"}
+
+
+def planned_files(name: str, onnx_type: str, repo: Path = REPO, native: str | None = None) -> dict[Path, str]:
     """Every file the scaffold writes, with its text; raises ScaffoldError before anything is written."""
     _check(name, onnx_type, repo)
     values = {"name": name, "Type": onnx_type, "NAME": name.upper(),
               # the artifacts' fixed input seed: the same on every machine, different for each op
-              "seed": str(1000 + zlib.crc32(name.encode()) % 9000)}
+              "seed": str(1000 + zlib.crc32(name.encode()) % 9000),
+              **native_values(name, check_native(native) if native else None)}
     files = {}
     for template in sorted(TEMPLATES.rglob("*.tmpl")):
         relative = template.relative_to(TEMPLATES).as_posix().replace("NAME", name).removesuffix(".tmpl")
@@ -89,9 +119,10 @@ def planned_files(name: str, onnx_type: str, repo: Path = REPO) -> dict[Path, st
     return files
 
 
-def scaffold(name: str, onnx_type: str | None = None, repo: Path = REPO, log=print) -> list[Path]:
+def scaffold(name: str, onnx_type: str | None = None, repo: Path = REPO, log=print,
+             native: str | None = None) -> list[Path]:
     """Write the op's files; all of them or, on any failure, none."""
-    files = planned_files(name, onnx_type or onnx_type_of(name), repo)
+    files = planned_files(name, onnx_type or onnx_type_of(name), repo, native)
     written = []
     try:
         for path, text in files.items():
@@ -113,17 +144,26 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="nox -s new_op --", description=__doc__.splitlines()[0])
     parser.add_argument("name", help="snake_case op name: torch.ops.myops.<name>, files <name>*.{h,cu,cpp,cc,py}")
     parser.add_argument("--onnx-type", help="the ONNX node's op type in the myops domain (default: the name in CamelCase)")
+    parser.add_argument("--native", metavar="EXPRESSION",
+                        help="PyTorch's own function for the op, an expression in x (torch, F = torch.nn.functional), "
+                             "e.g. \"F.gelu(x, approximate='tanh')\": the bench shows it as a row, as F.silu is shown "
+                             "for Swish (asked for when not given and a terminal is attached; empty for none)")
     args = parser.parse_args(argv)
+    if args.native is None and sys.stdin.isatty():
+        args.native = input("PyTorch's own function for this op, as an expression in x (e.g. F.gelu(x)); "
+                            "empty if there is none: ").strip() or None
     try:
-        scaffold(args.name, args.onnx_type)
+        scaffold(args.name, args.onnx_type, native=args.native)
     except ScaffoldError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     onnx_type = args.onnx_type or onnx_type_of(args.name)
     print(f"[new_op] myops::{args.name} (ONNX myops::{onnx_type}) scaffolded: the identity until you edit it.\n"
           f"  next: nox -s tests -- tests/test_{args.name}.py      (builds both libraries, runs its tests)\n"
-          f"  then: write f in kernels/{args.name}.h, the composite in ops/{args.name}.py and the decomposed\n"
-          f"        lowering in ops/{args.name}_onnx.py; `nox -s bench -- --workload {args.name}` measures it")
+          f"  then: write f in kernels/{args.name}.h (one element) and kernels/{args.name}_vec-inl.h (Highway vectors),\n"
+          f"        the composite in ops/{args.name}.py and the decomposed lowering in ops/{args.name}_onnx.py\n"
+          f"        (docs/examples/mish.patch is a worked example); `nox -s bench -- --workload {args.name}` measures\n"
+          f"        it into build/results/ until its files are committed")
     return 0
 
 

@@ -105,3 +105,10 @@ def test_the_summary_header_is_read_off_the_rows_it_shows():
     mixed = provenance_line([row, row, other])
     assert "CPU A (2 rows); CPU B (1 rows)" in mixed and "111111111111 (2 rows); 222222222222 (1 rows) (dirty)" in mixed
     assert "from 2026-12-01T08:00:00+00:00 to 2026-12-02T08:00:00+00:00" in mixed
+
+
+def test_a_run_has_a_targets_step_only_where_targets_are_declared():
+    from bench.run import has_targets
+
+    assert has_targets(["swish"]) and has_targets(["rms_norm"])  # Swish's own, RMSNorm's declared
+    assert not has_targets(["ffn"])  # the FFN (Swish inside a model) has none

@@ -10,23 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from lab import new_op
+from lab import examples, new_op
 
 REPO = Path(__file__).resolve().parent.parent
 NAME = "fast_gelu"
 
 
 def _tree_copy(dest: Path) -> Path:
-    """The working tree as a fresh clone would have it (tracked and untracked, not ignored), no results."""
-    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO,
-                            capture_output=True, check=True).stdout.decode().split("\0")
-    for name in filter(None, listed):
-        source = REPO / name
-        if name.startswith("results/") or not source.is_file():
-            continue
-        (dest / name).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(source, dest / name)
-    return dest
+    return examples.tree_copy(dest)
 
 
 def _env() -> dict:
@@ -52,6 +43,27 @@ def test_bad_names_are_refused_and_write_nothing(tmp_path, name, message):
     with pytest.raises(new_op.ScaffoldError, match=message):
         new_op.scaffold(name, repo=tmp_path, log=lambda line: None)
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["opspec", "swish.py"]
+
+
+@pytest.mark.parametrize("expression,message", [
+    ("np.tanh(x)", "it names np"), ("F.gelu(y)", "it names y"), ("F.gelu(", "not a Python expression"),
+    ("__import__('os').system('x')", "it names __import__"), ("torch.ones(3)", "function of x"),
+])
+def test_a_native_expression_that_is_not_a_function_of_x_is_refused(tmp_path, expression, message):
+    (tmp_path / "opspec").mkdir()
+    with pytest.raises(new_op.ScaffoldError, match=message):
+        new_op.scaffold(NAME, repo=tmp_path, log=lambda line: None, native=expression)
+    assert [p.name for p in tmp_path.rglob("*")] == ["opspec"]
+
+
+def test_a_native_expression_becomes_the_op_s_native_row(tmp_path):
+    (tmp_path / "opspec").mkdir()
+    written = new_op.scaffold(NAME, repo=tmp_path, log=lambda line: None, native="torch.nn.functional.gelu(x, approximate=\"tanh\")")
+    texts = {p.relative_to(tmp_path).as_posix(): p.read_text() for p in written}
+    assert f'native_row="torch_native_{NAME}"' in texts[f"opspec/{NAME}.py"]
+    assert "native=lambda x: torch.nn.functional.gelu(x, approximate='tanh')," in texts[f"ops/{NAME}.py"]
+    compile(texts[f"ops/{NAME}.py"], "ops.py", "exec")
+    compile(texts[f"opspec/{NAME}.py"], "opspec.py", "exec")
 
 
 def test_a_taken_onnx_type_or_an_existing_file_is_refused(tmp_path):
@@ -90,6 +102,13 @@ def test_a_scaffolded_op_builds_and_passes_its_generated_tests(tmp_path, in_ci):
     generated = _run(copy, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"tests/test_{NAME}.py")
     assert generated.returncode == 0, generated.stdout[-4000:] + generated.stderr[-2000:]
     assert " passed" in generated.stdout and "failed" not in generated.stdout, generated.stdout[-2000:]
+    # A first bench of it: a quick run in the copy writes to its scratch folder, and results/ stays absent;
+    # the op declares no targets yet, so there is no targets step.
+    quick = _run(copy, "-m", "bench.run", "--workload", NAME, "--quick", "--opsets", "18")
+    assert quick.returncode == 0, quick.stdout[-3000:] + quick.stderr[-2000:]
+    assert "build/results" in quick.stdout and not (copy / "results").exists(), quick.stdout[-2000:]
+    rows = (copy / "build" / "results" / "cpu" / "bench.csv").read_text()
+    assert rows.count(f",{NAME},") >= 5 and "paired target ratios" not in quick.stdout
     # The inference side's doctor finds the op in the plugin and proves it by running it.
     built = _run(copy, "-c", "from ort_plugin.build import build; print(build(log=lambda m: None))")
     assert built.returncode == 0, built.stderr
@@ -118,3 +137,12 @@ def test_the_registries_refuse_a_name_declared_twice():
                     register_python_parts=lambda: None, extra_models={"ffn": swish.extra_models["ffn"]})
     with pytest.raises(ImportError, match="'ffn' is declared by ops/swish.py and ops/rms_norm.py"):
         _model_ops({"swish": swish, "rms_norm": clash})
+
+
+def test_the_mish_example_applies_to_the_scaffold_and_passes_its_tests(tmp_path):
+    """docs/examples/mish.patch (the edits of docs/your-op.md's worked example) still applies to what the
+    scaffold writes, and the op it makes passes its generated tests, F.mish as its native row included."""
+    copy = examples.prepare("mish", tmp_path / "tree", log=lambda line: None)
+    generated = _run(copy, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", "tests/test_mish.py")
+    assert generated.returncode == 0, generated.stdout[-4000:] + generated.stderr[-2000:]
+    assert "failed" not in generated.stdout and "the reference is still the identity" not in generated.stdout
