@@ -444,7 +444,7 @@ def bench(session: nox.Session) -> None:
     from lab import provenance
 
     given, rest = _without_results(rest)
-    results, why = run_args.destination(run_args.parser().parse_known_args([*rest, "--results", given] if given else rest)[0])
+    results, why = run_args.destination(run_args.parser().parse_known_args([*rest, "--results", str(given)] if given else rest)[0])
     if why not in ("--results", "the default"):
         session.log(f"writing to {results} ({why}), not the committed results/; pass --results results to write there")
     try:
