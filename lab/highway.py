@@ -24,7 +24,8 @@ VERSION = "1.0.3"
 DEBIAN_SUITE = "bookworm"
 DEBIAN_PACKAGE = "libhwy-dev"
 DEBIAN_VERSION = "1.0.3-3+deb12u1"
-DEBIAN_SHA256 = {"amd64": "7db65cd6c5b43b523136f92589ce373f625ca10d569bd0201b5a0d521d8fae4d"}
+DEBIAN_SHA256 = {"amd64": "7db65cd6c5b43b523136f92589ce373f625ca10d569bd0201b5a0d521d8fae4d",
+                 "arm64": "37291571976999378098950b37bca3cddacc8cec282a102e83ad298fe7dda5bc"}
 HEADER = Path("hwy") / "highway.h"
 
 

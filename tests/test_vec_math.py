@@ -86,3 +86,22 @@ def test_bench_vecmath_builds_and_measures_each_library():
     rows = [line for line in out.stdout.splitlines() if line.startswith("| ") and "x |" in line]
     libraries = {row.split("|")[3].strip() for row in rows}
     assert {"hand", "highway-contrib", "highway-lab"} <= libraries, out.stdout
+
+
+def test_highway_headers_resolve_from_the_cache_or_an_explicit_folder_and_refuse_a_wrong_one(tmp_path, monkeypatch):
+    found = highway.resolve(log=lambda m: None)  # fetched (checked against its sha256) or cached
+    assert (found.include_dir / "hwy" / "highway.h").is_file() and "HWY_NAMESPACE" in (
+        found.include_dir / "hwy" / "highway.h").read_text()
+    monkeypatch.setenv("MYOPS_HWY_INCLUDE_DIR", str(found.include_dir))
+    assert highway.resolve().include_dir == found.include_dir
+    monkeypatch.setenv("MYOPS_HWY_INCLUDE_DIR", str(tmp_path))
+    with pytest.raises(highway.HighwayNotFound, match="holds no hwy/highway.h"):
+        highway.resolve()
+
+
+def test_only_an_op_with_vector_kernels_needs_highway(tmp_path):
+    (tmp_path / "kernels").mkdir()
+    (tmp_path / "kernels" / "vec_math-inl.h").write_text("")  # the shared helpers alone need nothing fetched
+    assert not highway.needed(tmp_path) and not highway.needed(REPO)
+    (tmp_path / "kernels" / "mish_vec-inl.h").write_text("")
+    assert highway.needed(tmp_path)
