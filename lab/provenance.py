@@ -50,11 +50,12 @@ OP_FOLDERS = ("kernels", "ops", "opspec", "ort_plugin", "tests")
 def _changed_paths() -> list[str] | None:
     """Tracked files that differ from HEAD anywhere, and untracked files in the op folders (None
     outside a git checkout)."""
-    tracked = _run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO)
-    untracked = _run(["git", "ls-files", "--others", "--exclude-standard", "--", *OP_FOLDERS], cwd=REPO)
+    # NUL-separated names (no quoting of odd paths; _run's strip cannot cut a name): staged or not.
+    tracked = _run(["git", "diff", "--name-only", "-z", "HEAD"], cwd=REPO)
+    untracked = _run(["git", "ls-files", "-z", "--others", "--exclude-standard", "--", *OP_FOLDERS], cwd=REPO)
     if tracked is None or untracked is None:
         return None
-    return [line[3:] for line in tracked.splitlines() if line.strip()] + [line for line in untracked.splitlines() if line]
+    return [name for name in tracked.split("\0") + untracked.split("\0") if name]
 
 
 def git_state() -> dict:

@@ -87,6 +87,14 @@ def test_untracked_files_of_an_op_make_the_tree_dirty_and_others_do_not(tmp_path
         return out.stdout.strip()
 
     assert state() == "[false, []]"
+    # An unstaged edit of a tracked op file, the only change: dirty, and named in full.
+    (clone / "kernels" / "my_op_x.h").write_text("// tracked\n")
+    _git(clone, "add", "kernels/my_op_x.h")
+    _git(clone, "commit", "-q", "-m", "op file")
+    (clone / "kernels" / "my_op_x.h").write_text("// edited\n")
+    assert state() == '[true, ["kernels/my_op_x.h"]]'
+    _git(clone, "checkout", "-q", "--", "kernels/my_op_x.h")
+    assert state() == "[false, []]"
     (clone / "notes.txt").write_text("mine\n")
     assert state() == "[false, []]"
     (clone / "kernels" / "my_op.h").write_text("// new\n")
