@@ -63,9 +63,11 @@ def prepare(name: str, dest: Path, log=print) -> Path:
     copy = tree_copy(dest)
     new_op.scaffold(name, repo=copy, log=lambda line: None, **EXAMPLES[name])
     patch = PATCHES / f"{name}.patch"
-    # The copy lies inside the checkout (build/): git must not find the checkout's repository from there.
+    # The copy lies inside the checkout (build/): git must not find the checkout's repository from there
+    # (nor one an inherited GIT_DIR names).
     applied = subprocess.run(["git", "apply", "--whitespace=nowarn", str(patch)], cwd=copy, capture_output=True,
-                             text=True, env=dict(os.environ, GIT_CEILING_DIRECTORIES=str(copy.parent)))
+                             text=True, env={**{k: v for k, v in os.environ.items() if not k.startswith("GIT_")},
+                                             "GIT_CEILING_DIRECTORIES": str(copy.parent)})
     if applied.returncode != 0:
         raise ExampleError(f"{patch.relative_to(REPO)} no longer applies to what the scaffold writes "
                            f"({applied.stderr.strip()}): update it from a fresh scaffold")
