@@ -1,10 +1,14 @@
-"""Scaffold a new elementwise op across the three layers: `nox -s new_op -- NAME [--native EXPR]` (or `python -m lab.new_op NAME`).
+"""Scaffold a new op across the three layers: `nox -s new_op -- NAME [--kind elementwise|rowwise]
+[--weights W,...] [--attributes A=V,...] [--native EXPR]` (or `python -m lab.new_op NAME ...`).
 
-Writes, from lab/new_op_templates/, the op's torch-free declaration (opspec/), its math header and
+Writes, from lab/new_op_templates/<kind>/, the op's torch-free declaration (opspec/), its math header and
 CUDA functors (kernels/), the extension's schema and CPU/CUDA kernels (ops/csrc/), its Python side
 with fakes, autograd and declaration (ops/<name>.py), its ONNX lowerings (ops/<name>_onnx.py), the
-plugin's CPU and CUDA kernels (ort_plugin/src/) and its tests. The math is the identity until
-edited, so the scaffold builds and its tests pass as written. Nothing else is edited: the registries
+plugin's CPU and CUDA kernels (ort_plugin/src/) and its tests. An elementwise op is the identity
+until edited (its CPU kernels in Highway vectors, kernels/<name>_vec-inl.h); a row-wise op, over the
+last dimension with per-channel weights and float attributes, centres each row and scales it by its
+weights until edited (plain loops GCC vectorises, RMSNorm's CUDA reduction). Either way the scaffold
+builds and its tests pass as written. Nothing else is edited: the registries
 (opspec, ops.registry, the plugin's op_registry.h) and the builds' globs find the new files.
 """
 from __future__ import annotations
@@ -38,8 +42,13 @@ CPP_RESERVED = {
     "std", "at", "c10", "torch", "cpu", "cuda", "myops", "myops_cuda", "internal", "ops", "onnx",
     "hwy", "hn", "vm", "vec", "vec_math", "vec_targets", "cpu_isa",
 }
-# What a --native expression may name: the op's input and PyTorch.
+# What a --native expression may name: the op's input and PyTorch (and a row-wise op's weights and attributes).
 NATIVE_NAMES = {"x", "torch", "F"}
+KINDS = ("elementwise", "rowwise")
+# Names a row-wise op's weights and attributes may not take: the generated code's own parameters and modules.
+PARAMETER_RESERVED = {"x", "y", "g", "op", "ctx", "grad", "grads", "axes", "inputs", "output", "weights", "torch", "onnx",
+                      "np", "F", "at", "row", "rows", "cols", "c", "s", "gs", "k", "j", "w", "dw", "dx", "self", "bound",
+                      "value", "name", "form", "report", "pending", "context", "model", "result", "centred"}
 ONNX_TYPE_PATTERN = re.compile(r"[A-Z][A-Za-z0-9]*")
 
 
@@ -76,41 +85,161 @@ def _check(name: str, onnx_type: str, repo: Path) -> None:
         raise ScaffoldError(f"the ONNX op type {onnx_type!r} belongs to another op: pass --onnx-type with another name")
 
 
-def check_native(expression: str) -> str:
-    """A --native expression, stripped: one Python expression in x, torch and F (torch.nn.functional)."""
+def check_native(expression: str, names: tuple[str, ...] = ("x",)) -> str:
+    """A --native expression, stripped: one Python expression in x (a row-wise op's weights and attributes
+    too), torch and F (torch.nn.functional)."""
     expression = expression.strip()
     try:
         tree = ast.parse(expression, mode="eval")
     except SyntaxError as exc:
         raise ScaffoldError(f"--native {expression!r} is not a Python expression ({exc.msg}); write PyTorch's "
                             "function of x, e.g. \"F.gelu(x, approximate='tanh')\"") from exc
-    names = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
-    unknown = sorted(names - NATIVE_NAMES)
-    if "x" not in names or unknown:
-        raise ScaffoldError(f"--native {expression!r} must be a function of x that uses only torch and F "
-                            f"(torch.nn.functional){'; it names ' + ', '.join(unknown) if unknown else ''}")
+    used = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
+    unknown = sorted(used - NATIVE_NAMES - set(names))
+    if "x" not in used or unknown:
+        raise ScaffoldError(f"--native {expression!r} must be a function of {', '.join(names)} that uses only torch "
+                            f"and F (torch.nn.functional){'; it names ' + ', '.join(unknown) if unknown else ''}")
     return ast.unparse(tree)  # one line, quotes normalised: safe to write into the templates
 
 
-def native_values(name: str, native: str | None) -> dict[str, str]:
+def native_values(name: str, native: str | None, parameters: str = "x") -> dict[str, str]:
     """What the templates say about PyTorch's own function for the op: nothing, or its bench row."""
     if not native:
         return {"native_row": "", "native_import": "", "native": ""}
     return {"native_row": f'\n    native_row="torch_native_{name}",  # PyTorch\'s own: {native}',
             "native_import": "\nimport torch.nn.functional as F  # noqa: F401 (the native expression may use it)",
-            "native": f"\n    native=lambda x: {native},\n    native_text={native!r},"}
+            "native": f"\n    native=lambda {parameters}: {native},\n    native_text={native!r},"}
 
 
-def planned_files(name: str, onnx_type: str, repo: Path = REPO, native: str | None = None) -> dict[Path, str]:
+def _check_parameter(kind: str, given: str, taken: set[str]) -> None:
+    if not NAME_PATTERN.fullmatch(given) or keyword.iskeyword(given):
+        raise ScaffoldError(f"{kind} name {given!r}: use lower-case snake_case starting with a letter (e.g. scale)")
+    if given in CPP_RESERVED or given in PARAMETER_RESERVED:
+        raise ScaffoldError(f"{kind} name {given!r} is a C++ keyword or a name the generated code uses: choose "
+                            f"another (e.g. {given}_value)")
+    if given in taken:
+        raise ScaffoldError(f"{kind} name {given!r} is given twice (weights and attributes share one namespace)")
+    taken.add(given)
+
+
+def parse_weights(text: str) -> tuple[str, ...]:
+    """--weights "weight,bias": the per-channel weights of a row-wise op, each [hidden]; at least one."""
+    weights = tuple(part.strip() for part in text.split(",") if part.strip())
+    if not weights:
+        raise ScaffoldError("a row-wise op has at least one per-channel weight: --weights NAME[,NAME...] "
+                            "(e.g. --weights weight,bias)")
+    taken: set[str] = set()
+    for weight in weights:
+        _check_parameter("weight", weight, taken)
+    return weights
+
+
+def parse_attributes(text: str) -> dict[str, float]:
+    """--attributes "epsilon=1e-5,alpha=0.5": float attributes and their defaults."""
+    attributes = {}
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        key, sep, value = part.partition("=")
+        try:
+            attributes[key.strip()] = float(value)
+        except ValueError:
+            sep = ""
+        if not sep:
+            raise ScaffoldError(f"--attributes {part!r}: write NAME=DEFAULT with a float default, e.g. epsilon=1e-5")
+    return attributes
+
+
+def rowwise_values(name: str, weights: tuple[str, ...], attributes: dict[str, float]) -> dict[str, str]:
+    """The generated parts of the row-wise templates: signatures, structs and lists over the weights and
+    attributes."""
+    taken: set[str] = set()
+    for weight in weights:
+        _check_parameter("weight", weight, taken)
+    for attribute in attributes:
+        _check_parameter("attribute", attribute, taken)
+    n = len(weights)
+
+    def others(k: int, prefix: str) -> str:  # the product of the weights other than k
+        return "".join(f" * {prefix}{w}" for i, w in enumerate(weights) if i != k)
+
+    attr = list(attributes.items())
+    return {
+        "weight_names": ", ".join(weights),
+        "weight_count": str(n),
+        "weight_names_c": ", ".join(f'"{w}"' for w in weights),
+        "weight_names_py": "".join(f'"{w}", ' for w in weights).rstrip(" ") if n > 1 else f'"{weights[0]}",',
+        "weight_list": ", ".join(weights),
+        "weight_args": ", ".join(weights),
+        "weight_params": ", ".join(f"{w}: torch.Tensor" for w in weights),
+        "onnx_weight_inputs": ", ".join(f'"{w}"' for w in weights),
+        # C++ (kernels/NAME.h)
+        "attribute_fields": "".join(f"\n  float {a};" for a, _ in attr),
+        "channel_fields": "".join(f"\n  T {w};" for w in weights),
+        "ptr_fields": "".join(f"\n  const S* {w};" for w in weights),
+        "grad_ptr_fields": "".join(f"\n  S* {w};" for w in weights),
+        "ptr_init": ", ".join(f"w[{k}]" for k in range(n)),
+        "load_list": ", ".join(f"static_cast<T>(cast(p.{w}[j]))" for w in weights),
+        "add_lines": "".join(f"\n  p.{w}[j] += d.{w};" for w in weights),
+        "store_lines": "".join(f"\n  out[{k}] = c.{w};" for k, w in enumerate(weights)),
+        "product": " * ".join(f"c.{w}" for w in weights),
+        "product_text": "*".join(weights),
+        "weight_grad_list": ", ".join(f"grad * (x - row.mean){others(k, 'c.')}" for k in range(n)),
+        # the torch adapters
+        "cpp_weight_params": ", ".join(f"const at::Tensor& {w}" for w in weights),
+        "cpp_attribute_params": "".join(f", double {a}" for a, _ in attr),
+        "cpp_attributes": f"{name}::Attributes{{{', '.join(f'static_cast<float>({a})' for a, _ in attr)}}}",
+        "cpp_backward_type": f"std::tuple<{', '.join(['at::Tensor'] * (n + 1))}>",
+        "cpp_backward_values": ", ".join(f"out[{k}]" for k in range(n + 1)),
+        "schema_params": ", ".join(["Tensor x", *(f"Tensor {w}" for w in weights),
+                                    *(f"float {a}={v!r}" for a, v in attr)]),
+        "schema_backward_params": ", ".join(["Tensor x", *(f"Tensor {w}" for w in weights),
+                                             *(f"float {a}" for a, _ in attr)]),
+        "schema_backward_returns": f"({', '.join(['Tensor'] * (n + 1))})",
+        # the plugin
+        "plugin_attribute_reads": "".join(
+            f"\n    if (OrtStatus* status = ReadFloatAttribute(api, info, MYOPS_{name.upper()}_NAME, \"{a}\", {v!r}f, "
+            f"&at.{a})) {{\n      return status;\n    }}" for a, v in attr),
+        # Python
+        "attribute_params": "".join(f", {a}: float = {v!r}" for a, v in attr),
+        "attribute_params_plain": "".join(f", {a}={v!r}" for a, v in attr),
+        "attribute_args": "".join(f", {a}" for a, _ in attr),
+        "attribute_defaults": ", ".join(f'"{a}": {v!r}' for a, v in attr),
+        "product_py": " * ".join(weights),
+        "product_float": " * ".join(f"{w}.float()" for w in weights),
+        # ONNX
+        "attribute_doc": "".join(f"; float attribute {a}" for a, _ in attr),
+        "decomposed_muls": ", ".join(['"Mul"'] * n),
+        "decomposed_product": f"{'op.Mul(' * n}centred{''.join(f', {w})' for w in weights)}",
+        "parse_args": ", ".join(['"v"'] * n + ['"f"'] * len(attr)),
+        "attribute_ts_kwargs": "".join(f", {a}_f={a}" for a, _ in attr),
+        "attribute_ts_constants": "".join(f", constant({a})" for a, _ in attr),
+        "attribute_kwargs": "".join(f", {a}={a}" for a, _ in attr),
+        "attribute_constants": "".join(f", op.Constant(value_float={a})" for a, _ in attr),
+    }
+
+
+def planned_files(name: str, onnx_type: str, repo: Path = REPO, native: str | None = None, kind: str = "elementwise",
+                  weights: tuple[str, ...] = ("weight",), attributes: dict[str, float] | None = None) -> dict[Path, str]:
     """Every file the scaffold writes, with its text; raises ScaffoldError before anything is written."""
+    if kind not in KINDS:
+        raise ScaffoldError(f"--kind {kind!r}: choose one of {', '.join(KINDS)}")
     _check(name, onnx_type, repo)
     values = {"name": name, "Type": onnx_type, "NAME": name.upper(),
               # the artifacts' fixed input seed: the same on every machine, different for each op
-              "seed": str(1000 + zlib.crc32(name.encode()) % 9000),
-              **native_values(name, check_native(native) if native else None)}
+              "seed": str(1000 + zlib.crc32(name.encode()) % 9000)}
+    if kind == "rowwise":
+        attributes = dict(attributes or {})
+        values.update(rowwise_values(name, weights, attributes))
+        parameters = ", ".join(("x", *weights, *attributes))
+        values.update(native_values(name, check_native(native, ("x", *weights, *attributes)) if native else None,
+                                    parameters))
+    else:
+        if attributes or tuple(weights) != ("weight",):
+            raise ScaffoldError("--weights and --attributes describe a row-wise op: add --kind rowwise")
+        values.update(native_values(name, check_native(native) if native else None))
+    templates = TEMPLATES / kind
     files = {}
-    for template in sorted(TEMPLATES.rglob("*.tmpl")):
-        relative = template.relative_to(TEMPLATES).as_posix().replace("NAME", name).removesuffix(".tmpl")
+    for template in sorted(templates.rglob("*.tmpl")):
+        relative = template.relative_to(templates).as_posix().replace("NAME", name).removesuffix(".tmpl")
         files[repo / relative] = Template(template.read_text()).substitute(values)
     existing = sorted(str(p.relative_to(repo)) for p in files if p.exists())
     if existing:
@@ -119,10 +248,11 @@ def planned_files(name: str, onnx_type: str, repo: Path = REPO, native: str | No
     return files
 
 
-def scaffold(name: str, onnx_type: str | None = None, repo: Path = REPO, log=print,
-             native: str | None = None) -> list[Path]:
+def scaffold(name: str, onnx_type: str | None = None, repo: Path = REPO, log=print, native: str | None = None,
+             kind: str = "elementwise", weights: tuple[str, ...] = ("weight",),
+             attributes: dict[str, float] | None = None) -> list[Path]:
     """Write the op's files; all of them or, on any failure, none."""
-    files = planned_files(name, onnx_type or onnx_type_of(name), repo, native)
+    files = planned_files(name, onnx_type or onnx_type_of(name), repo, native, kind, weights, attributes)
     written = []
     try:
         for path, text in files.items():
@@ -144,25 +274,55 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="nox -s new_op --", description=__doc__.splitlines()[0])
     parser.add_argument("name", help="snake_case op name: torch.ops.myops.<name>, files <name>*.{h,cu,cpp,cc,py}")
     parser.add_argument("--onnx-type", help="the ONNX node's op type in the myops domain (default: the name in CamelCase)")
+    parser.add_argument("--kind", choices=KINDS, default="elementwise",
+                        help="elementwise: y = f(x) per element (default); rowwise: over the last dimension, with "
+                             "per-channel weights and float attributes (LayerNorm, RMSNorm-like ops)")
+    parser.add_argument("--weights", metavar="W,...",
+                        help="rowwise: the per-channel weights, each [hidden], in input order (default: weight)")
+    parser.add_argument("--attributes", metavar="A=V,...",
+                        help="rowwise: float attributes with their defaults, e.g. epsilon=1e-5 (default: none)")
     parser.add_argument("--native", metavar="EXPRESSION",
                         help="PyTorch's own function for the op, an expression in x (torch, F = torch.nn.functional), "
-                             "e.g. \"F.gelu(x, approximate='tanh')\": the bench shows it as a row, as F.silu is shown "
-                             "for Swish (asked for when not given and a terminal is attached; empty for none)")
+                             "e.g. \"F.gelu(x, approximate='tanh')\" (rowwise: in x, its weights and attributes, e.g. "
+                             "\"F.layer_norm(x, x.shape[-1:], weight, bias, epsilon)\"): the bench shows it as a row, "
+                             "as F.silu is shown for Swish (asked for when not given and a terminal is attached; "
+                             "empty for none)")
     args = parser.parse_args(argv)
+    rowwise = args.kind == "rowwise"
+    if not rowwise and (args.weights is not None or args.attributes is not None):
+        print("error: --weights and --attributes describe a row-wise op: add --kind rowwise", file=sys.stderr)
+        return 2
+    try:
+        weights = parse_weights(args.weights if args.weights is not None else "weight")
+        attributes = parse_attributes(args.attributes or "")
+    except ScaffoldError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     if args.native is None and sys.stdin.isatty():
-        args.native = input("PyTorch's own function for this op, as an expression in x (e.g. F.gelu(x)); "
+        names = ", ".join(("x", *weights, *attributes)) if rowwise else "x"
+        args.native = input(f"PyTorch's own function for this op, as an expression in {names} (e.g. F.gelu(x)); "
                             "empty if there is none: ").strip() or None
     try:
-        scaffold(args.name, args.onnx_type, native=args.native)
+        scaffold(args.name, args.onnx_type, native=args.native, kind=args.kind, weights=weights, attributes=attributes)
     except ScaffoldError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     onnx_type = args.onnx_type or onnx_type_of(args.name)
-    print(f"[new_op] myops::{args.name} (ONNX myops::{onnx_type}) scaffolded: the identity until you edit it.\n"
-          f"  next: nox -s tests -- tests/test_{args.name}.py      (builds both libraries, runs its tests)\n"
-          f"  then: write f in kernels/{args.name}.h (one element) and kernels/{args.name}_vec-inl.h (Highway vectors),\n"
-          f"        the composite in ops/{args.name}.py and the decomposed lowering in ops/{args.name}_onnx.py\n"
-          f"        (docs/examples/mish.patch is a worked example); `nox -s bench -- --workload {args.name}` measures\n"
+    name = args.name
+    if rowwise:
+        print(f"[new_op] myops::{name} (ONNX myops::{onnx_type}, row-wise, weights {', '.join(weights)}) scaffolded: "
+              f"it centres each row and scales it until you edit it.\n"
+              f"  next: nox -s tests -- tests/test_{name}.py      (builds both libraries, runs its tests)\n"
+              f"  then: write the six functions of kernels/{name}.h (row sums, row statistics, output, and the\n"
+              f"        gradient's), the composite in ops/{name}.py and decomposed_graph in ops/{name}_onnx.py\n"
+              f"        (docs/examples/layer_norm.patch is a worked example); `nox -s bench -- --workload {name}`\n"
+              f"        measures it into build/results/ until its files are committed")
+        return 0
+    print(f"[new_op] myops::{name} (ONNX myops::{onnx_type}) scaffolded: the identity until you edit it.\n"
+          f"  next: nox -s tests -- tests/test_{name}.py      (builds both libraries, runs its tests)\n"
+          f"  then: write f in kernels/{name}.h (one element) and kernels/{name}_vec-inl.h (Highway vectors),\n"
+          f"        the composite in ops/{name}.py and the decomposed lowering in ops/{name}_onnx.py\n"
+          f"        (docs/examples/mish.patch is a worked example); `nox -s bench -- --workload {name}` measures\n"
           f"        it into build/results/ until its files are committed")
     return 0
 

@@ -66,6 +66,44 @@ def test_a_native_expression_becomes_the_op_s_native_row(tmp_path):
     compile(texts[f"opspec/{NAME}.py"], "opspec.py", "exec")
 
 
+@pytest.mark.parametrize("options,message", [
+    (["--weights", "scale"], "describe a row-wise op"), (["--attributes", "eps=1"], "describe a row-wise op"),
+    (["--kind", "rowwise", "--weights", ""], "at least one per-channel weight"),
+    (["--kind", "rowwise", "--weights", "scale,scale"], "given twice"),
+    (["--kind", "rowwise", "--attributes", "weight=1e-5"], "given twice"),
+    (["--kind", "rowwise", "--weights", "axes"], "name the generated code uses"),
+    (["--kind", "rowwise", "--weights", "Scale"], "snake_case"),
+    (["--kind", "rowwise", "--attributes", "epsilon"], "NAME=DEFAULT"),
+    (["--kind", "rowwise", "--attributes", "epsilon=small"], "NAME=DEFAULT"),
+    (["--kind", "rowwise", "--native", "F.layer_norm(x, x.shape[-1:], w)"], "it names w"),
+])
+def test_row_wise_options_that_cannot_be_scaffolded_are_refused(tmp_path, capsys, monkeypatch, options, message):
+    (tmp_path / "opspec").mkdir()
+    monkeypatch.setattr(new_op, "REPO", tmp_path)
+    monkeypatch.setattr(sys, "stdin", open(os.devnull))
+    assert new_op.main([NAME, *options]) == 2
+    assert message in capsys.readouterr().err
+    assert [p.name for p in tmp_path.rglob("*")] == ["opspec"]
+
+
+def test_a_row_wise_scaffold_generates_one_signature_per_weight_and_attribute(tmp_path):
+    (tmp_path / "opspec").mkdir()
+    written = new_op.scaffold("my_norm", repo=tmp_path, log=lambda line: None, kind="rowwise", weights=("gamma", "beta"),
+                              attributes={"epsilon": 1e-5, "alpha": 0.5}, native="F.layer_norm(x, x.shape[-1:], gamma, beta, epsilon)")
+    texts = {p.relative_to(tmp_path).as_posix(): p.read_text() for p in written}
+    assert '"my_norm", "MyNorm", ("X", "gamma", "beta"), {"epsilon": 1e-05, "alpha": 0.5}' in texts["opspec/my_norm.py"]
+    assert ('m.def("my_norm(Tensor x, Tensor gamma, Tensor beta, float epsilon=1e-05, float alpha=0.5) -> Tensor")'
+            in texts["ops/csrc/my_norm.cpp"])
+    assert "-> (Tensor, Tensor, Tensor)" in texts["ops/csrc/my_norm.cpp"]
+    assert "struct Attributes {\n  float epsilon;\n  float alpha;\n};" in texts["kernels/my_norm.h"]
+    assert "native=lambda x, gamma, beta, epsilon, alpha: F.layer_norm(x, x.shape[-1:], gamma, beta, epsilon)," in texts["ops/my_norm.py"]
+    assert '"alpha", 0.5f, &at.alpha' in texts["ort_plugin/src/my_norm_op_base.h"]
+    for path, text in texts.items():
+        if path.endswith(".py"):
+            compile(text, path, "exec")
+    assert not any(p.name.endswith("_vec-inl.h") for p in written)  # row-wise loops: no Highway
+
+
 def test_a_taken_onnx_type_or_an_existing_file_is_refused(tmp_path):
     (tmp_path / "opspec").mkdir()
     (tmp_path / "opspec" / "swish.py").write_text('SPEC = OpSpec("swish", "Swish", ("X",))\n')
@@ -91,9 +129,17 @@ def test_the_scaffold_touches_only_new_files(tmp_path):
         f"ort_plugin/src/cuda/{NAME}_op.cc", f"tests/test_{NAME}.py"}
 
 
-def test_a_scaffolded_op_builds_and_passes_its_generated_tests(tmp_path, in_ci):
+ROWWISE = ["--kind", "rowwise", "--weights", "weight,bias", "--attributes", "epsilon=1e-5"]
+
+
+@pytest.mark.parametrize("name,options,onnx_type", [(NAME, [], "FastGelu"), ("row_scale", ROWWISE, "RowScale")],
+                         ids=["elementwise", "rowwise"])
+def test_a_scaffolded_op_builds_and_passes_its_generated_tests(tmp_path, in_ci, name, options, onnx_type):
+    """Each kind, as written: the extension and plugin build, its generated tests pass (a row-wise op's
+    with two weights and an attribute), a quick bench measures it, the doctor finds it, its CUDA compiles."""
+    NAME = name
     copy = _tree_copy(tmp_path / "tree")
-    scaffolded = _run(copy, "-m", "lab.new_op", NAME)
+    scaffolded = _run(copy, "-m", "lab.new_op", NAME, *options)
     assert scaffolded.returncode == 0, scaffolded.stderr
     # The registries pick it up with no other edit: export's models, the bench's workloads, the plugin.
     listed = _run(copy, "-c", "from ops.export import MODELS; from infer.workloads import WORKLOADS; "
@@ -113,7 +159,7 @@ def test_a_scaffolded_op_builds_and_passes_its_generated_tests(tmp_path, in_ci):
     built = _run(copy, "-c", "from ort_plugin.build import build; print(build(log=lambda m: None))")
     assert built.returncode == 0, built.stderr
     doctor = _run(copy, "-m", "ort_plugin.doctor", "--plugin", built.stdout.strip().splitlines()[-1])
-    assert doctor.returncode == 0 and "FastGelu" in doctor.stdout, doctor.stdout[-3000:] + doctor.stderr[-2000:]
+    assert doctor.returncode == 0 and onnx_type in doctor.stdout, doctor.stdout[-3000:] + doctor.stderr[-2000:]
 
     if shutil.which("nvcc") is None:
         if in_ci:
@@ -146,3 +192,13 @@ def test_the_mish_example_applies_to_the_scaffold_and_passes_its_tests(tmp_path)
     generated = _run(copy, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", "tests/test_mish.py")
     assert generated.returncode == 0, generated.stdout[-4000:] + generated.stderr[-2000:]
     assert "failed" not in generated.stdout and "the reference is still the identity" not in generated.stdout
+
+
+def test_the_layer_norm_example_applies_to_the_row_wise_scaffold_and_passes_its_tests(tmp_path):
+    """docs/examples/layer_norm.patch (the row-wise worked example: LayerNorm with a bias) still applies to
+    what `--kind rowwise --weights weight,bias --attributes epsilon=1e-5` writes, and the op passes its
+    generated tests: F.layer_norm as its native row, and the fuse rule reading epsilon off the file."""
+    copy = examples.prepare("layer_norm", tmp_path / "tree", log=lambda line: None)
+    generated = _run(copy, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", "tests/test_layer_norm.py")
+    assert generated.returncode == 0, generated.stdout[-4000:] + generated.stderr[-2000:]
+    assert "failed" not in generated.stdout and "no PyTorch function declared" not in generated.stdout
