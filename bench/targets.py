@@ -16,7 +16,6 @@ session runs next: ratios then swung between 0.4x and 1.3x from one block of pai
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -46,7 +45,7 @@ TARGETS = [
 # Those are Swish's (its copy floors need rows of their own). Every other op declares its targets in
 # ops/<op>.py (TorchOp.targets), measured at each of its op-alone workloads with the rows of
 # _op_callables (RMSNorm: vs F.rms_norm, and vs the SimplifiedLayerNormalization ORT fuses its
-# decomposed graph into).
+# decomposed graph into; a row-wise op may name RMSNorm's rows, "rms_norm:ort_custom").
 
 # A fused row's peak memory over its composite's: at least 5 % below (the composite holds one more
 # activation-sized tensor at its peak; 5 % leaves room for allocator rounding).
@@ -127,8 +126,10 @@ def _callables(spec: dict, x_np) -> dict:
     return calls
 
 
-def _op_callables(spec: dict, op_name: str, paths: dict, x_np) -> dict:
-    """The rows an op's declared targets compare, on the weights its exported models hold."""
+def _op_callables(spec: dict, op_name: str, paths: dict, x_np, peers: bool = True) -> dict:
+    """The rows an op's declared targets compare, on the weights its exported models hold. A row named
+    "OTHER:ROW" is another op's row on the same input (RMSNorm's plugin beside a row-wise op's): present
+    when OTHER's op-alone workload ran in this bench at the same shape."""
     import torch
 
     from ops.registry import OPS
@@ -156,6 +157,14 @@ def _op_callables(spec: dict, op_name: str, paths: dict, x_np) -> dict:
         calls["ort_plugin_copy"] = session(paths["plugin_copy"], with_plugin=True)
     if "copy" in paths:
         calls["ort_copy"] = session(paths["copy"])
+    wanted = {row for _, numerator, denominators, _ in op.targets for row in (numerator, *denominators) if ":" in row}
+    for row in sorted(wanted) if peers else ():
+        peer, peer_row = row.split(":", 1)
+        peer_paths = spec["op_workloads"].get(peer)
+        if peer in OPS and peer_paths and WORKLOADS[peer].shape == x_np.shape:
+            peer_calls = _op_callables(spec, peer, peer_paths, x_np, peers=False)
+            if peer_row in peer_calls:
+                calls[row] = peer_calls[peer_row]
     return calls
 
 
@@ -220,6 +229,11 @@ def _measure(spec: dict, calls: dict, targets: list, pairs: int, shape: str | No
     for name, numerator, denominators, limit in targets:
         present = [d for d in denominators if d in calls and not (spec["beta"] != 1.0 and d == "torch_silu")]
         if numerator not in calls or not present:
+            missing = [r for r in (numerator, *denominators) if r not in calls]
+            if any(":" in r for r in missing):  # another op's row: that op's workload was not in this run
+                print(f"[targets] {name}: not measured: {', '.join(missing)} need that op's workload in the run "
+                      f"(--workload {op} {' '.join(sorted({r.split(':')[0] for r in missing if ':' in r}))})",
+                      file=sys.stderr, flush=True)
             continue
         by_floor = {d: paired_ratios(calls[numerator], calls[d], pairs, warmup=warmup) for d in present}
         measured.append(dict(target=name, op=op, numerator=numerator, by_floor=by_floor, limit=limit, pairs=pairs,

@@ -4,8 +4,8 @@ scaffold to a measured run, in a copy of the tree (build/examples/NAME/; the che
 It scaffolds NAME there as `nox -s new_op` would (with the example's options), applies
 docs/examples/NAME.patch (the few edits a user makes: the math in kernels/, the reference, the ONNX
 lowering, the bench targets), runs the op's generated tests and, with --bench, measures it with
-`python -m bench.run --workload NAME`, writing to --results (default results/examples/, where the
-committed run of each example lives). Rows record this checkout's git sha and state.
+`python -m bench.run --workload NAME ...`, writing to --results (default results/examples/NAME/, where
+the committed run of each example lives). Rows record this checkout's git sha and state.
 """
 from __future__ import annotations
 
@@ -24,7 +24,12 @@ WORK = REPO / "build" / "examples"
 # Each example: the scaffold's options. Its edits are docs/examples/<name>.patch.
 EXAMPLES = {
     "mish": {"native": "F.mish(x)"},  # x tanh(softplus(x)): an exp-based activation the lab does not ship
+    # LayerNorm with bias: the row-wise kind, two weights and an attribute
+    "layer_norm": {"kind": "rowwise", "weights": ("weight", "bias"), "attributes": {"epsilon": 1e-5},
+                   "native": "F.layer_norm(x, x.shape[-1:], weight, bias, epsilon)"},
 }
+# The workloads its bench runs beside its own: the ops its targets compare it with.
+BENCH_PEERS = {"layer_norm": ("rms_norm",)}
 
 
 class ExampleError(RuntimeError):
@@ -79,14 +84,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m lab.examples", description=__doc__.splitlines()[0])
     parser.add_argument("name", choices=sorted(EXAMPLES))
     parser.add_argument("--bench", action="store_true", help="measure it after its tests pass")
-    parser.add_argument("--results", type=Path, default=REPO / "results" / "examples",
-                        help="where --bench writes <entry>/ (default: results/examples/)")
+    parser.add_argument("--results", type=Path,
+                        help="where --bench writes <entry>/ (default: results/examples/NAME/)")
     args = parser.parse_args(argv)
     try:
         copy = prepare(args.name, WORK / args.name)
         _run(copy, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"tests/test_{args.name}.py")
         if args.bench:
-            _run(copy, "-m", "bench.run", "--workload", args.name, "--results", str(args.results.resolve()))
+            results = args.results or REPO / "results" / "examples" / args.name
+            _run(copy, "-m", "bench.run", "--workload", args.name, *BENCH_PEERS.get(args.name, ()),
+                 "--results", str(results.resolve()))
     except (ExampleError, new_op.ScaffoldError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
