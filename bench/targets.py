@@ -129,7 +129,7 @@ def _callables(spec: dict, x_np) -> dict:
 def _op_callables(spec: dict, op_name: str, paths: dict, x_np, peers: bool = True) -> dict:
     """The rows an op's declared targets compare, on the weights its exported models hold. A row named
     "OTHER:ROW" is another op's row on the same input (RMSNorm's plugin beside a row-wise op's): present
-    when OTHER's op-alone workload ran in this bench at the same shape."""
+    when one of OTHER's op-alone workloads ran in this bench at the same shape."""
     import torch
 
     from ops.registry import OPS
@@ -160,9 +160,10 @@ def _op_callables(spec: dict, op_name: str, paths: dict, x_np, peers: bool = Tru
     wanted = {row for _, numerator, denominators, _ in op.targets for row in (numerator, *denominators) if ":" in row}
     for row in sorted(wanted) if peers else ():
         peer, peer_row = row.split(":", 1)
-        peer_paths = spec["op_workloads"].get(peer)
-        if peer in OPS and peer_paths and WORKLOADS[peer].shape == x_np.shape:
-            peer_calls = _op_callables(spec, peer, peer_paths, x_np, peers=False)
+        same_shape = [paths for name, paths in spec["op_workloads"].items()
+                      if WORKLOADS[name].op == peer and WORKLOADS[name].shape == x_np.shape]
+        if peer in OPS and same_shape:
+            peer_calls = _op_callables(spec, peer, same_shape[0], x_np, peers=False)
             if peer_row in peer_calls:
                 calls[row] = peer_calls[peer_row]
     return calls

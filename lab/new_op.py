@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import ast
 import keyword
+import math
 import os
 import re
 import sys
@@ -48,7 +49,10 @@ KINDS = ("elementwise", "rowwise")
 # Names a row-wise op's weights and attributes may not take: the generated code's own parameters and modules.
 PARAMETER_RESERVED = {"x", "y", "g", "op", "ctx", "grad", "grads", "axes", "inputs", "output", "weights", "torch", "onnx",
                       "np", "F", "at", "row", "rows", "cols", "c", "s", "gs", "k", "j", "w", "dw", "dx", "self", "bound",
-                      "value", "name", "form", "report", "pending", "context", "model", "result", "centred"}
+                      "value", "name", "form", "report", "pending", "context", "model", "result", "centred", "x32",
+                      "check", "constant", "decomposed_graph", "forward_cpu", "backward_cpu", "forward_cuda",
+                      "backward_cuda", "contiguous", "pointers", "check_inputs", "checked_dtype", "check_launch",
+                      "beta", "eps"}  # beta, eps: the bench and export's own overrides of Swish's and RMSNorm's
 ONNX_TYPE_PATTERN = re.compile(r"[A-Z][A-Za-z0-9]*")
 
 
@@ -140,11 +144,14 @@ def parse_attributes(text: str) -> dict[str, float]:
     for part in (p.strip() for p in text.split(",") if p.strip()):
         key, sep, value = part.partition("=")
         try:
-            attributes[key.strip()] = float(value)
+            number = float(value)
         except ValueError:
             sep = ""
-        if not sep:
-            raise ScaffoldError(f"--attributes {part!r}: write NAME=DEFAULT with a float default, e.g. epsilon=1e-5")
+        if not sep or not math.isfinite(number):
+            raise ScaffoldError(f"--attributes {part!r}: write NAME=DEFAULT with a finite float default, e.g. epsilon=1e-5")
+        if key.strip() in attributes:
+            raise ScaffoldError(f"attribute name {key.strip()!r} is given twice")
+        attributes[key.strip()] = number
     return attributes
 
 

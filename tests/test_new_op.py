@@ -75,6 +75,9 @@ def test_a_native_expression_becomes_the_op_s_native_row(tmp_path):
     (["--kind", "rowwise", "--weights", "Scale"], "snake_case"),
     (["--kind", "rowwise", "--attributes", "epsilon"], "NAME=DEFAULT"),
     (["--kind", "rowwise", "--attributes", "epsilon=small"], "NAME=DEFAULT"),
+    (["--kind", "rowwise", "--attributes", "epsilon=inf"], "finite"),
+    (["--kind", "rowwise", "--attributes", "alpha=1,alpha=2"], "given twice"),
+    (["--kind", "rowwise", "--weights", "x32"], "name the generated code uses"),
     (["--kind", "rowwise", "--native", "F.layer_norm(x, x.shape[-1:], w)"], "it names w"),
 ])
 def test_row_wise_options_that_cannot_be_scaffolded_are_refused(tmp_path, capsys, monkeypatch, options, message):
@@ -88,15 +91,15 @@ def test_row_wise_options_that_cannot_be_scaffolded_are_refused(tmp_path, capsys
 
 def test_a_row_wise_scaffold_generates_one_signature_per_weight_and_attribute(tmp_path):
     (tmp_path / "opspec").mkdir()
-    written = new_op.scaffold("my_norm", repo=tmp_path, log=lambda line: None, kind="rowwise", weights=("gamma", "beta"),
-                              attributes={"epsilon": 1e-5, "alpha": 0.5}, native="F.layer_norm(x, x.shape[-1:], gamma, beta, epsilon)")
+    written = new_op.scaffold("my_norm", repo=tmp_path, log=lambda line: None, kind="rowwise", weights=("gamma", "shift"),
+                              attributes={"epsilon": 1e-5, "alpha": 0.5}, native="F.layer_norm(x, x.shape[-1:], gamma, shift, epsilon)")
     texts = {p.relative_to(tmp_path).as_posix(): p.read_text() for p in written}
-    assert '"my_norm", "MyNorm", ("X", "gamma", "beta"), {"epsilon": 1e-05, "alpha": 0.5}' in texts["opspec/my_norm.py"]
-    assert ('m.def("my_norm(Tensor x, Tensor gamma, Tensor beta, float epsilon=1e-05, float alpha=0.5) -> Tensor")'
+    assert '"my_norm", "MyNorm", ("X", "gamma", "shift"), {"epsilon": 1e-05, "alpha": 0.5}' in texts["opspec/my_norm.py"]
+    assert ('m.def("my_norm(Tensor x, Tensor gamma, Tensor shift, float epsilon=1e-05, float alpha=0.5) -> Tensor")'
             in texts["ops/csrc/my_norm.cpp"])
     assert "-> (Tensor, Tensor, Tensor)" in texts["ops/csrc/my_norm.cpp"]
     assert "struct Attributes {\n  float epsilon;\n  float alpha;\n};" in texts["kernels/my_norm.h"]
-    assert "native=lambda x, gamma, beta, epsilon, alpha: F.layer_norm(x, x.shape[-1:], gamma, beta, epsilon)," in texts["ops/my_norm.py"]
+    assert "native=lambda x, gamma, shift, epsilon, alpha: F.layer_norm(x, x.shape[-1:], gamma, shift, epsilon)," in texts["ops/my_norm.py"]
     assert '"alpha", 0.5f, &at.alpha' in texts["ort_plugin/src/my_norm_op_base.h"]
     for path, text in texts.items():
         if path.endswith(".py"):
