@@ -170,11 +170,9 @@ def rowwise_values(name: str, weights: tuple[str, ...], attributes: dict[str, fl
 
     attr = list(attributes.items())
     return {
-        "weight_names": ", ".join(weights),
         "weight_count": str(n),
         "weight_names_c": ", ".join(f'"{w}"' for w in weights),
-        "weight_names_py": "".join(f'"{w}", ' for w in weights).rstrip(" ") if n > 1 else f'"{weights[0]}",',
-        "weight_list": ", ".join(weights),
+        "weight_names_py": "".join(f'"{w}", ' for w in weights).rstrip(),  # a tuple's items, one weight too
         "weight_args": ", ".join(weights),
         "weight_params": ", ".join(f"{w}: torch.Tensor" for w in weights),
         "onnx_weight_inputs": ", ".join(f'"{w}"' for w in weights),
