@@ -275,7 +275,7 @@ def export(session: nox.Session) -> None:
 
 @nox.session(venv_backend="none")
 def new_op(session: nox.Session) -> None:
-    """Scaffold a new elementwise op in all three layers: `nox -s new_op -- NAME [--onnx-type Type] [--native EXPR]`."""
+    """Scaffold a new op in all three layers: `nox -s new_op -- NAME [--kind elementwise|rowwise] [--native EXPR]`."""
     from lab import new_op as scaffold
 
     try:

@@ -168,3 +168,22 @@ def test_every_page_is_linked_from_the_readme_and_every_link_resolves():
             if "://" not in target and not (page.parent / target).exists():
                 broken.append(f"{page.relative_to(REPO)}: {target}")
     assert not broken, "\n".join(broken)
+
+
+def test_the_readme_lists_the_files_each_scaffold_kind_writes():
+    """The README's table of `nox -s new_op` kinds names exactly the files of each kind's templates."""
+    from lab import new_op
+
+    rows = {}
+    for line in (REPO / "README.md").read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        kind = re.match(r"`(\w+)`", cells[0]) if len(cells) == 3 else None
+        if kind and kind.group(1) in new_op.KINDS:
+            rows[kind.group(1)] = set(re.findall(r"`([^`]+)`", cells[2]))
+    assert set(rows) == set(new_op.KINDS), f"README rows for {sorted(rows)}; kinds {new_op.KINDS}"
+    for kind, listed in rows.items():
+        templates = REPO / "lab" / "new_op_templates" / kind
+        written = {str(p.relative_to(templates)).removesuffix(".tmpl").replace("NAME", "<op>")
+                   for p in templates.rglob("*.tmpl")}
+        assert listed == written, f"{kind}: README lists {sorted(listed - written)} that it does not write, " \
+                                  f"and leaves out {sorted(written - listed)}"
