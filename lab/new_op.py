@@ -98,6 +98,13 @@ def check_native(expression: str, names: tuple[str, ...] = ("x",)) -> str:
     except SyntaxError as exc:
         raise ScaffoldError(f"--native {expression!r} is not a Python expression ({exc.msg}); write PyTorch's "
                             "function of x, e.g. \"F.gelu(x, approximate='tanh')\"") from exc
+    # Written into the op's declaration as a lambda's body: a lambda, await, yield or := there would
+    # change what the row runs, or not compile.
+    odd = sorted({type(node).__name__ for node in ast.walk(tree)
+                  if isinstance(node, (ast.Lambda, ast.Await, ast.Yield, ast.YieldFrom, ast.NamedExpr))})
+    if odd:
+        raise ScaffoldError(f"--native {expression!r} holds {', '.join(odd)}: write one plain call of PyTorch's "
+                            "function, e.g. \"F.gelu(x, approximate='tanh')\"")
     used = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
     unknown = sorted(used - NATIVE_NAMES - set(names))
     if "x" not in used or unknown:

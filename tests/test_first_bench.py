@@ -7,7 +7,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -21,24 +20,22 @@ def _args(*argv: str):
     return run_args.parser().parse_args(list(argv))
 
 
-def test_help_imports_nothing_heavy_and_is_quick():
+def test_help_imports_nothing_heavy():
     """What `nox -s bench -- --help` prints comes from bench.run_args, importable with the standard
-    library alone (the nox venv has no numpy or torch)."""
-    probe = ("import sys, time; t = time.perf_counter(); from bench import run_args; run_args.parser().format_help(); "
-             "heavy = sorted(m for m in ('numpy', 'torch', 'onnx', 'onnxruntime') if m in sys.modules); "
-             "print(heavy, time.perf_counter() - t)")
+    library alone (the nox venv has no numpy or torch), so it prints at once (no wall-clock bound here:
+    a loaded CI machine would make one flaky)."""
+    probe = ("import sys; from bench import run_args; run_args.parser().format_help(); "
+             "print(sorted(m for m in ('numpy', 'torch', 'onnx', 'onnxruntime') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=60,
                          env=dict(os.environ, PYTHONPATH=str(REPO)))
     assert out.returncode == 0, out.stderr
-    heavy, seconds = out.stdout.rsplit(" ", 1)
-    assert heavy == "[]" and float(seconds) < 5, out.stdout
+    assert out.stdout.strip() == "[]", out.stdout
 
 
 @pytest.mark.skipif(shutil.which("nox") is None and not (Path(sys.executable).parent / "nox").exists(),
                     reason="nox is not installed beside this Python")
 def test_nox_bench_help_prints_at_once_without_building_anything(tmp_path):
     nox = shutil.which("nox") or str(Path(sys.executable).parent / "nox")
-    started = time.perf_counter()
     # --no-venv: the help must not need the session's environment either; DOCKER_HOST at nothing, so a
     # build would fail loudly rather than run.
     out = subprocess.run([nox, "--no-venv", "-s", "bench", "--", "--help"], cwd=REPO, capture_output=True, text=True,
@@ -46,7 +43,6 @@ def test_nox_bench_help_prints_at_once_without_building_anything(tmp_path):
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     assert "--backend" in out.stdout and "--workload" in out.stdout and "--results" in out.stdout, out.stdout
     assert "docker" not in out.stderr.lower().replace("--backend {docker,local}", ""), out.stderr[-2000:]
-    assert time.perf_counter() - started < 60
 
 
 def test_destination(monkeypatch):

@@ -48,6 +48,8 @@ def test_bad_names_are_refused_and_write_nothing(tmp_path, name, message):
 @pytest.mark.parametrize("expression,message", [
     ("np.tanh(x)", "it names np"), ("F.gelu(y)", "it names y"), ("F.gelu(", "not a Python expression"),
     ("__import__('os').system('x')", "it names __import__"), ("torch.ones(3)", "function of x"),
+    ("(lambda x: x)(x)", "holds Lambda"), ("(yield x)", "holds Yield"), ("await F.gelu(x)", "holds Await"),
+    ("(x := F.gelu(x))", "holds NamedExpr"),
 ])
 def test_a_native_expression_that_is_not_a_function_of_x_is_refused(tmp_path, expression, message):
     (tmp_path / "opspec").mkdir()
