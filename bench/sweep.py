@@ -45,8 +45,8 @@ def bytes_moved(seq: int) -> int:
 
 def _callable(spec: dict, x: np.ndarray, work: Path):
     if spec["row"].startswith("torch_"):
-        return row_callable(dict(spec, workload="swish"), x)[0]
-    return _ort_row(spec, x, work).call
+        return row_callable(dict(spec, workload="swish"), (x,))[0]
+    return _ort_row(spec, (x,), work).call
 
 
 def sweep(spec: dict) -> dict[int, list[float]]:

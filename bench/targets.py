@@ -81,8 +81,9 @@ def _setup(spec: dict) -> None:
     ops.load()
 
 
-def _shared_pool_session(path: str, x_np, plugin: str | None = None):
-    """One run of an ORT session on the process's shared intra-op pool (see _shared_ort_pool)."""
+def _shared_pool_session(path: str, arrays: tuple, plugin: str | None = None):
+    """One run of an ORT session on the process's shared intra-op pool (see _shared_ort_pool), fed
+    `arrays` in the order of its graph inputs."""
     import onnxruntime as ort
 
     from ort_plugin import register
@@ -93,7 +94,8 @@ def _shared_pool_session(path: str, x_np, plugin: str | None = None):
     if plugin:
         register(options, plugin)
     session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
-    return lambda: session.run(None, {"x": x_np})
+    feed = dict(zip((i.name for i in session.get_inputs()), arrays))
+    return lambda: session.run(None, feed)
 
 
 def _callables(spec: dict, x_np) -> dict:
@@ -105,7 +107,7 @@ def _callables(spec: dict, x_np) -> dict:
     paths = spec["models"]
 
     def session(path, with_plugin=False):
-        return _shared_pool_session(path, x_np, spec["plugin"] if with_plugin else None)
+        return _shared_pool_session(path, (x_np,), spec["plugin"] if with_plugin else None)
 
     beta = spec["beta"]
     out = torch.empty_like(x)
@@ -126,21 +128,23 @@ def _callables(spec: dict, x_np) -> dict:
     return calls
 
 
-def _op_callables(spec: dict, op_name: str, paths: dict, x_np, peers: bool = True) -> dict:
-    """The rows an op's declared targets compare, on the weights its exported models hold. A row named
-    "OTHER:ROW" is another op's row on the same input (RMSNorm's plugin beside a row-wise op's): present
-    when one of OTHER's op-alone workloads ran in this bench at the same shape."""
+def _op_callables(spec: dict, op_name: str, paths: dict, arrays: tuple, peers: bool = True) -> dict:
+    """The rows an op's declared targets compare, on its op-alone workload's inputs (x first) and the
+    weights its exported models hold. A row named "OTHER:ROW" is another op's row on an input of the same
+    shape (RMSNorm's plugin beside a row-wise op's): present when one of OTHER's op-alone workloads ran
+    in this bench at that shape."""
     import torch
 
     from ops.registry import OPS
 
     op = OPS[op_name]
-    x = torch.from_numpy(x_np)
-    model = op.build_model(op.name, hidden=x_np.shape[-1], attributes={"beta": spec["beta"]})
-    arguments = (x, *(getattr(model, name).detach() for name in op.weights), *model.attribute_values)
+    tensors = tuple(torch.from_numpy(a) for a in arrays)
+    x = tensors[0]
+    model = op.build_model(op.name, hidden=x.shape[-1], attributes={"beta": spec["beta"]})
+    arguments = (*tensors, *(getattr(model, name).detach() for name in op.weights), *model.attribute_values)
 
     def session(path, with_plugin=False):
-        return _shared_pool_session(path, x_np, spec["plugin"] if with_plugin else None)
+        return _shared_pool_session(path, arrays, spec["plugin"] if with_plugin else None)
 
     calls = {
         "ort_custom": session(paths["custom"], with_plugin=True),
@@ -160,10 +164,11 @@ def _op_callables(spec: dict, op_name: str, paths: dict, x_np, peers: bool = Tru
     wanted = {row for _, numerator, denominators, _ in op.targets for row in (numerator, *denominators) if ":" in row}
     for row in sorted(wanted) if peers else ():
         peer, peer_row = row.split(":", 1)
-        same_shape = [paths for name, paths in spec["op_workloads"].items()
-                      if WORKLOADS[name].op == peer and WORKLOADS[name].shape == x_np.shape]
+        same_shape = [(name, paths) for name, paths in spec["op_workloads"].items()
+                      if WORKLOADS[name].op == peer and WORKLOADS[name].shape == tuple(x.shape)]
         if peer in OPS and same_shape:
-            peer_calls = _op_callables(spec, peer, same_shape[0], x_np, peers=False)
+            name, peer_paths = same_shape[0]
+            peer_calls = _op_callables(spec, peer, peer_paths, WORKLOADS[name].inputs(seed=0), peers=False)
             if peer_row in peer_calls:
                 calls[row] = peer_calls[peer_row]
     return calls
@@ -210,7 +215,7 @@ def _child(spec: dict) -> list[dict]:
     measured = []
     for name, paths in spec.get("op_workloads", {}).items():
         workload = WORKLOADS[name]
-        measured += _measure(spec, _op_callables(spec, workload.op, paths, workload.input(seed=0)),
+        measured += _measure(spec, _op_callables(spec, workload.op, paths, workload.inputs(seed=0)),
                              OPS[workload.op].targets, spec["pairs"], shape="x".join(map(str, workload.shape)),
                              op=workload.op)
     if not spec.get("models"):

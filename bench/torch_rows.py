@@ -31,7 +31,8 @@ def _torch_functions(op_name: str):
     return functions
 
 
-def row_callable(spec: dict, x_np):
+def row_callable(spec: dict, arrays: tuple):
+    """The row's call on the workload's inputs (one array per graph input of its model, x first)."""
     import torch
 
     torch.set_num_threads(spec["threads"])
@@ -39,7 +40,8 @@ def row_callable(spec: dict, x_np):
     from ops.registry import MODEL_OP, OPS
 
     ops.load()
-    x = torch.from_numpy(x_np)
+    tensors = tuple(torch.from_numpy(a) for a in arrays)
+    x = tensors[0]
     if spec["row"] == "torch_copy":
         return lambda: x.clone(), "torch.clone"
     if spec["row"] == "torch_copy_into":
@@ -55,7 +57,7 @@ def row_callable(spec: dict, x_np):
 
     def call():
         with torch.inference_mode():
-            return model(x)
+            return model(*tensors)
 
     return call, graph
 

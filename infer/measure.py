@@ -30,7 +30,7 @@ from typing import Callable
 
 import numpy as np
 
-from .workloads import NATIVE_ROWS, WORKLOADS, percentiles_ms
+from .workloads import COPY_ROWS, NATIVE_ROWS, WORKLOADS, percentiles_ms
 
 # Measured by bench.torch_rows, which hands its callables to measure(); each op's native row
 # (F.silu, F.rms_norm...) as opspec declares it.
@@ -117,7 +117,8 @@ class OrtRow:
 NO_SYNC_BETWEEN_RUNS = "disable_synchronize_execution_providers"
 
 
-def _ort_row(spec: dict, x_np, work: Path) -> OrtRow:
+def _ort_row(spec: dict, arrays: tuple, work: Path) -> OrtRow:
+    """arrays: one per graph input of the model, in order (the workload's inputs)."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
@@ -148,9 +149,12 @@ def _ort_row(spec: dict, x_np, work: Path) -> OrtRow:
         raise RowError(f"onnxruntime could not create a session for {spec['model_path']} on "
                        f"{[p if isinstance(p, str) else p[0] for p in providers]}: {exc}") from exc
     graph = _graph_nodes(work / "optimized.onnx")
-    input_name = session.get_inputs()[0].name
+    input_names = [i.name for i in session.get_inputs()]
+    if len(input_names) != len(arrays):
+        raise RowError(f"{spec['model_path']} takes {len(input_names)} inputs ({', '.join(input_names)}); the "
+                       f"{spec['workload']} workload feeds {len(arrays)}: export the model again (ops.export)")
     if not (on_gpu or spec.get("io_binding")):
-        feed = {input_name: x_np}
+        feed = dict(zip(input_names, arrays))
 
         def run():
             return session.run(None, feed)
@@ -159,15 +163,16 @@ def _ort_row(spec: dict, x_np, work: Path) -> OrtRow:
     device = "cuda" if on_gpu else "cpu"
     binding = session.io_binding()
     output_name = session.get_outputs()[0].name
-    inputs = {False: ort.OrtValue.ortvalue_from_numpy(x_np, device, 0)}
+    inputs = {False: [ort.OrtValue.ortvalue_from_numpy(a, device, 0) for a in arrays]}
     if _leading_axes_dynamic(session):
-        inputs[True] = ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(x_np[:1, :1]), device, 0)
+        inputs[True] = [ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(a[:1, :1]), device, 0) for a in arrays]
 
     def use_input(tiny: bool) -> bool:
         """Bind the one-row input or the real one; False where the model's batch and sequence are fixed."""
         if tiny not in inputs:
             return False
-        binding.bind_ortvalue_input(input_name, inputs[tiny])
+        for name, value in zip(input_names, inputs[tiny]):
+            binding.bind_ortvalue_input(name, value)
         binding.clear_binding_outputs()  # an output of the other shape stays bound otherwise, and the run refuses it
         binding.bind_output(output_name, device, 0)
         return True
@@ -352,7 +357,7 @@ def measure(spec: dict, torch_rows=None) -> dict:
     if spec.get("memory_probe"):
         _mmap_large_blocks()
     workload = WORKLOADS[spec["workload"]]
-    x_np = workload.input(seed=0)
+    arrays = workload.inputs(seed=0)[:1] if spec["row"] in COPY_ROWS else workload.inputs(seed=0)
     with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
         session, tf32, ort_row = None, None, None
         if spec["row"] in TORCH_ROWS:
@@ -361,10 +366,10 @@ def measure(spec: dict, torch_rows=None) -> dict:
                                "(the inference side has no torch)")
             if not spec.get("memory_probe"):
                 keep_freed_blocks()
-            call, graph = torch_rows.row_callable(spec, x_np)
+            call, graph = torch_rows.row_callable(spec, arrays)
             provider = "torch-cpu"
         else:
-            ort_row = _ort_row(spec, x_np, Path(tmp))
+            ort_row = _ort_row(spec, arrays, Path(tmp))
             call, graph, session, tf32 = ort_row.call, ort_row.graph, ort_row.session, ort_row.tf32
             provider = spec.get("execution_provider", "CPUExecutionProvider")
         on_gpu = provider == CUDA_EP

@@ -8,7 +8,7 @@ import hashlib
 import platform
 from pathlib import Path
 
-from .workloads import WORKLOADS, percentiles_ms
+from .workloads import COPY_ROWS, WORKLOADS, percentiles_ms
 
 COLUMNS = [
     "entry", "workload", "op", "row", "dtype", "shape", "beta", "opset", "exporter", "ort_opt_level", "ort_graph_nodes",
@@ -26,8 +26,6 @@ COLUMNS = [
 # isa: the CPU path (MYOPS_CPU_ISA) bench.run --isa capped a kernel row to; empty: not capped by --isa.
 KEY = ["entry", "workload", "row", "dtype", "shape", "beta", "opset", "exporter", "ort_opt_level",
        "execution_provider", "threads", "isa"]
-# Copies timed like the op: the fastest of a framework's copies (same workload, provider, opset) is its floor.
-COPY_ROWS = ("torch_copy", "torch_copy_into", "ort_copy", "ort_plugin_copy")
 # The raw timings behind every row: KEY, then which process (round) and which run within it.
 SAMPLE_COLUMNS = KEY + ["process", "run", "seconds"]
 
@@ -152,7 +150,8 @@ def derive(rows: list[dict], caches: dict[str, int] | None = None, peak_bytes_pe
         if r["row"] in COPY_ROWS and (key(r) not in copies or kernel_ms(r) < kernel_ms(copies[key(r)])):
             copies[key(r)] = r
     for r in rows:
-        r["bytes_moved"] = r.get("bytes_moved") or WORKLOADS[r["workload"]].bytes_moved
+        workload = WORKLOADS[r["workload"]]
+        r["bytes_moved"] = r.get("bytes_moved") or (workload.copy_bytes if r["row"] in COPY_ROWS else workload.bytes_moved)
         if caches is not None:
             r["regime"] = memory_regime(int(r["bytes_moved"]), caches, int(r.get("threads") or 1))
     for r in rows:

@@ -8,6 +8,9 @@ import numpy as np
 from opspec import OPS, TORCH_OPS
 
 BYTES_FP32 = 4
+# The copy floor's rows, timed like the op: x copied, whatever the op takes; the fastest of a framework's
+# copies (same workload, provider, opset) is its floor.
+COPY_ROWS = ("torch_copy", "torch_copy_into", "ort_copy", "ort_plugin_copy")
 
 
 @dataclass(frozen=True)
@@ -42,17 +45,35 @@ class Workload:
     def bytes_moved(self) -> int:
         """The least traffic the workload needs with a fused op (read once, write once).
 
-        An op alone: X in, Y out, each [hidden]-shaped input (RMSNorm's scale) once. ffn: x and W1 in,
-        h out; h in, a out (the fused activation); a and W2 in, y out. Biases are negligible and left out.
+        An op alone: each full-shaped input in (X, a gated op's gate), Y out, each [hidden]-shaped input
+        (RMSNorm's scale) once. ffn: x and W1 in, h out; h in, a out (the fused activation); a and W2 in,
+        y out. Biases are negligible and left out.
         """
         if self.op_alone:
-            return (2 * self.elements + (len(OPS[self.op].inputs) - 1) * self.hidden) * BYTES_FP32
+            spec = OPS[self.op]
+            weights = len(spec.inputs) - spec.full_inputs
+            return ((spec.full_inputs + 1) * self.elements + weights * self.hidden) * BYTES_FP32
         inner = self.batch * self.seq * 4 * self.hidden
         weights = 2 * self.hidden * 4 * self.hidden
         return (2 * self.elements + 4 * inner + weights) * BYTES_FP32
 
+    @property
+    def copy_bytes(self) -> int:
+        """What the copy floor's rows move: x in, a copy out."""
+        return 2 * self.elements * BYTES_FP32
+
+    @property
+    def graph_inputs(self) -> tuple[str, ...]:
+        """The model's inputs, in order: the op alone takes each of its full-shaped inputs, the other
+        models x alone."""
+        return OPS[self.op].graph_inputs if self.op_alone else ("x",)
+
     def input(self, seed: int = 0) -> np.ndarray:
         return np.random.default_rng(seed).standard_normal(self.shape, dtype=np.float32)
+
+    def inputs(self, seed: int = 0) -> tuple[np.ndarray, ...]:
+        """One array per graph input, x first (as input(seed)), each other from its own seed."""
+        return tuple(self.input(seed + 7919 * k) for k in range(len(self.graph_inputs)))
 
 
 # Every op's workloads, as opspec/<op>.py declares them.

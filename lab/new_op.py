@@ -53,6 +53,9 @@ PARAMETER_RESERVED = {"x", "y", "g", "op", "ctx", "grad", "grads", "axes", "inpu
                       "check", "constant", "decomposed_graph", "forward_cpu", "backward_cpu", "forward_cuda",
                       "backward_cuda", "contiguous", "pointers", "check_inputs", "checked_dtype", "check_launch",
                       "beta", "eps"}  # beta, eps: the bench and export's own overrides of Swish's and RMSNorm's
+# And the elementwise kind's inputs: the locals of its kernels and adapters.
+INPUT_RESERVED = {"out", "n", "i", "d", "d1", "lanes", "kernel", "t", "begin", "end", "dtype", "guard", "info", "input",
+                  "other", "shape", "node", "err", "stream", "e", "p", "q", "v", "floats", "views", "wide", "inputs"}
 ONNX_TYPE_PATTERN = re.compile(r"[A-Z][A-Za-z0-9]*")
 
 
@@ -129,7 +132,7 @@ def _check_parameter(kind: str, given: str, taken: set[str]) -> None:
         raise ScaffoldError(f"{kind} name {given!r} is a C++ keyword or a name the generated code uses: choose "
                             f"another (e.g. {given}_value)")
     if given in taken:
-        raise ScaffoldError(f"{kind} name {given!r} is given twice (weights and attributes share one namespace)")
+        raise ScaffoldError(f"{kind} name {given!r} is given twice")
     taken.add(given)
 
 
@@ -229,8 +232,161 @@ def rowwise_values(name: str, weights: tuple[str, ...], attributes: dict[str, fl
     }
 
 
+def parse_inputs(text: str) -> tuple[str, ...]:
+    """--inputs: a count (2: x and x2) or names ("x,gate"; the first is always x), each of the output's
+    shape. At most 8: the kernels pass them as one array each."""
+    text = text.strip()
+    if text.isdigit():
+        count = int(text)
+        names = ("x", *(f"x{k}" for k in range(2, count + 1))) if count >= 1 else ()
+    else:
+        names = tuple(part.strip() for part in text.split(",") if part.strip())
+        if names and names[0] != "x":
+            names = ("x", *names)  # the first input is x, as every op's
+    if not 1 <= len(names) <= 8:
+        raise ScaffoldError(f"--inputs {text!r}: give 1 to 8 inputs, a count (--inputs 2) or names whose first is x "
+                            "(--inputs x,gate)")
+    taken: set[str] = {"x"}
+    for extra in names[1:]:
+        if extra in INPUT_RESERVED:
+            raise ScaffoldError(f"input name {extra!r} is a name the generated code uses: choose another (e.g. {extra}_in)")
+        _check_parameter("input", extra, taken)
+    # Names the generated code derives from each input: no two may meet (gate and gatec, x and dx).
+    derived = [f"{n}{suffix}" for n in names for suffix in ("", "c", "p")] + \
+        [f"{prefix}{n}{suffix}" for n in names for prefix, suffix in (("d", ""), ("d", "p"), ("vd", ""))]
+    clash = sorted({d for d in derived if derived.count(d) > 1} | ({d for d in derived} & {"gc", "gp", "y", "yp", "grad"}))
+    if clash:
+        raise ScaffoldError(f"--inputs {text!r}: the generated code would name two things {', '.join(clash)}; choose "
+                            "input names that are not another's name with a d in front or a c or p behind")
+    return names
+
+
+def elementwise_values(name: str, inputs: tuple[str, ...]) -> dict[str, str]:
+    """The generated parts of the elementwise templates: signatures and lists over the inputs (x first),
+    and the placeholder math: the identity for one input, the product of the inputs for several."""
+    n = len(inputs)
+    many = n > 1
+    grads = [f"d{i}" for i in inputs]
+    others = inputs[1:]
+
+    def product_without(k: int, prefix: str = "") -> str:
+        rest = [f"{prefix}{i}" for j, i in enumerate(inputs) if j != k]
+        return " * ".join(["grad", *rest])
+
+    onnx_names = ("X", *others)
+    indent = "\n  "
+    return {
+        "input_count": str(n),
+        "input_args": ", ".join(inputs),
+        "input_tuple": "".join(f"{i}, " for i in inputs).rstrip(),
+        "inputs_note": f" over {n} inputs of one shape" if many else "",
+        "placeholder": "the product of its inputs" if many else "the identity",
+        "placeholder_py": " * ".join(f"inputs[{k}]" for k in range(n)),
+        "onnx_input_list": ", ".join(onnx_names),
+        "onnx_inputs": ", ".join(f'"{i}"' for i in onnx_names) + ("" if many else ","),
+        "full_inputs": f" full_inputs={n}," if many else "",
+        "input_count_text": f"{n} inputs ({', '.join(onnx_names)})" if many else "one input (X)",
+        # kernels/NAME.h
+        "t_params": ", ".join(f"T {i}" for i in inputs),
+        "forward_body": " * ".join(inputs),
+        "grad_fields": "".join(f"{indent}T {i};" for i in inputs),
+        "backward_body": (f"{indent}return {{{', '.join(product_without(k) for k in range(n))}}};" if many
+                          else f"{indent}(void)x;{indent}return {{grad}};"),
+        "float_in_params": ", ".join(f"const float* {i}" for i in inputs),
+        "float_grad_params": ", ".join(f"float* {g}" for g in grads),
+        "double_in_params": ", ".join(f"const double* {i}" for i in inputs),
+        "double_grad_params": ", ".join(f"double* {g}" for g in grads),
+        "grad_args": ", ".join(grads),
+        "indexed_inputs": ", ".join(f"{i}[i]" for i in inputs),
+        "store_grads": "".join(f"\n    {g}[i] = g.{i};" for g, i in zip(grads, inputs)),
+        # kernels/NAME_vec-inl.h
+        "v_params": ", ".join(f"V {i}" for i in inputs),
+        "v_grad_params": ", ".join(f"V& {g}" for g in grads),
+        "vec_forward_body": ("hn::Mul(" * (n - 1)) + inputs[0] + "".join(f", {i})" for i in others),
+        "vec_backward_body": "".join(
+            f"{indent}{g} = " + ("hn::Mul(" * (n - 1)) + "grad" + "".join(f", {i})" for j, i in enumerate(inputs) if j != k) + ";"
+            for k, g in enumerate(grads)) if many else f"{indent}(void)x;{indent}dx = grad;",
+        "loads_d": ", ".join(f"hn::LoadU(d, {i} + i)" for i in inputs),
+        "loads_d1": ", ".join(f"hn::LoadU(d1, {i} + i)" for i in inputs),
+        "vec_grad_decls": ", ".join(f"v{g}" for g in grads),
+        "vec_grad_refs": ", ".join(f"v{g}" for g in grads),
+        "stores_d": "".join(f"\n    hn::StoreU(v{g}, d, {g} + i);" for g in grads),
+        "stores_d1": "".join(f"\n    hn::StoreU(v{g}, d1, {g} + i);" for g in grads),
+        # kernels/NAME_cuda.cu and .h
+        "in_list": ", ".join(f"in[{k}]" for k in range(n)),
+        "in_list_after_grad": ", ".join(f"in[{k + 1}]" for k in range(n)),
+        "cuda_store_grads": "".join(f"\n    out[{k}] = g.{i};" for k, i in enumerate(inputs)),
+        "void_in_params": ", ".join(f"const void* {i}" for i in inputs),
+        "void_grad_params": ", ".join(f"void* {g}" for g in grads),
+        # the torch adapters (ops/csrc)
+        "cpp_tensor_params": ", ".join(f"const at::Tensor& {i}" for i in inputs),
+        "cpp_check_others": "".join(f'\n  check_like_x({i}, x, "{name}", "{i}");' for i in others),
+        "cpp_check_others_backward": "".join(f'\n  check_like_x({i}, x, "{name}_backward", "{i}");' for i in others),
+        "cuda_check_others": "".join(f'\n  check_like_x({i}, x, "{name}", "{i}");' for i in others),
+        "cuda_check_others_backward": "".join(f'\n  check_like_x({i}, x, "{name}_backward", "{i}");' for i in others),
+        "cpp_contiguous_others": "".join(f"\n  const at::Tensor {i}c = {i}.contiguous();" for i in others),
+        "cpp_const_pointers": "".join(f"\n    const scalar_t* {i}p = {i}c.const_data_ptr<scalar_t>();" for i in inputs),
+        "cpp_pointer_offsets": ", ".join(f"{i}p + begin" for i in inputs),
+        "cpp_grad_outputs": "".join(f"\n  at::Tensor {g} = at::empty_like(xc, at::MemoryFormat::Contiguous);" for g in grads),
+        "cpp_grad_pointers": "".join(f"\n    scalar_t* {g}p = {g}.mutable_data_ptr<scalar_t>();" for g in grads),
+        "cpp_grad_offsets": ", ".join(f"{g}p + begin" for g in grads),
+        "cpp_backward_type": f"std::tuple<{', '.join(['at::Tensor'] * n)}>" if many else "at::Tensor",
+        "cpp_backward_return": f"std::make_tuple({', '.join(grads)})" if many else "dx",
+        "cuda_const_pointers": ", ".join(f"{i}c.const_data_ptr()" for i in inputs),
+        "cuda_grad_pointers": ", ".join(f"{g}.mutable_data_ptr()" for g in grads),
+        "schema_params": ", ".join(f"Tensor {i}" for i in inputs),
+        "schema_backward_returns": f"({', '.join(['Tensor'] * n)})" if many else "Tensor",
+        # the plugin
+        "span_in_list": ", ".join(f"in[{k}]" for k in range(n)),
+        "cuda_plugin_in_list": ", ".join(f"in[{k}]" for k in range(n)),
+        # Python
+        "py_params": ", ".join(f"{i}: torch.Tensor" for i in inputs),
+        "py_reference": " * ".join(inputs) if many else "x.clone()",
+        "py_fake_checks": "".join(
+            f'\n        torch._check({i}.shape == x.shape, lambda: f"myops::{name}: {i} shape {{{i}.shape}} != x shape {{x.shape}}")'
+            for i in others),
+        "py_fake_grads": (f"tuple(torch.empty_like(t, memory_format=torch.contiguous_format) for t in ({', '.join(inputs)}))"
+                          if many else "torch.empty_like(x, memory_format=torch.contiguous_format)"),
+        "copy_floor_limit": f"{1.3 * (n + 1) / 2:.2f}".rstrip("0").rstrip(".") if many else "1.3",
+        "copy_floor_note": (f"\n    # ({n} inputs and the output move {n + 1} tensors where the copy floor moves 2: its limit scales with that.)"
+                            if many else ""),
+        # ONNX
+        "decomposed_text": "Mul" if many else "Identity",
+        "decomposed_nodes": ", ".join(['"Mul"'] * (n - 1)) + ("" if n > 2 else ",") if many else '"Identity",',
+        "decomposed_body": (("op.Mul(" * (n - 1)) + inputs[0] + "".join(f", {i})" for i in others)) if many else "op.Identity(x)",
+        "schema_text": f"{n} float tensors of one shape" if many else "one float tensor",
+        "schema_inputs": ", ".join(f'OpSchema.FormalParameter("{i}", "T")' for i in onnx_names),
+        "parse_args": ", ".join(['"v"'] * n),
+        "fuse_imports": "float_input, same_shapes" if many else "float_input",
+        "fuse_check": (f'float_input(report, SPEC.name, "decomposed_graph", x) and same_shapes(report, SPEC.name, '
+                       f'"decomposed_graph", {", ".join(inputs)})' if many
+                       else 'float_input(report, SPEC.name, "decomposed_graph", x)'),
+        "mismatch_tests": MISMATCH_TEST if many else "",
+    }
+
+
+# The generated test of a several-input op: an input of another shape is refused by both sides.
+MISMATCH_TEST = '''
+
+
+def test_inputs_of_another_shape_are_refused_with_a_message(ext, plugin_path, tmp_path):
+    """The op does not broadcast: every input has x's shape, in the extension and in the plugin."""
+    from ops import export as E
+    from ort_plugin.loader import make_session
+
+    inputs = list(_inputs((2, 3, 768)))
+    inputs[-1] = inputs[-1][:, :1]
+    with pytest.raises(RuntimeError, match="must have x's dtype and shape"):
+        OP.function(*inputs)
+    path = E.export(OP.name, exporter=E.available_exporters()[0], lowering="custom", opset=18,
+                    path=tmp_path / "c.onnx").path
+    with pytest.raises(Exception, match="must have X's shape"):
+        make_session(path, library=plugin_path).run(None, _feed(inputs))'''
+
+
 def planned_files(name: str, onnx_type: str, repo: Path = REPO, native: str | None = None, kind: str = "elementwise",
-                  weights: tuple[str, ...] = ("weight",), attributes: dict[str, float] | None = None) -> dict[Path, str]:
+                  weights: tuple[str, ...] = ("weight",), attributes: dict[str, float] | None = None,
+                  inputs: tuple[str, ...] = ("x",)) -> dict[Path, str]:
     """Every file the scaffold writes, with its text; raises ScaffoldError before anything is written."""
     if kind not in KINDS:
         raise ScaffoldError(f"--kind {kind!r}: choose one of {', '.join(KINDS)}")
@@ -247,7 +403,8 @@ def planned_files(name: str, onnx_type: str, repo: Path = REPO, native: str | No
     else:
         if attributes or tuple(weights) != ("weight",):
             raise ScaffoldError("--weights and --attributes describe a row-wise op: add --kind rowwise")
-        values.update(native_values(name, check_native(native) if native else None))
+        values.update(elementwise_values(name, inputs))
+        values.update(native_values(name, check_native(native, inputs) if native else None, ", ".join(inputs)))
     templates = TEMPLATES / kind
     files = {}
     for template in sorted(templates.rglob("*.tmpl")):
@@ -262,9 +419,9 @@ def planned_files(name: str, onnx_type: str, repo: Path = REPO, native: str | No
 
 def scaffold(name: str, onnx_type: str | None = None, repo: Path = REPO, log=print, native: str | None = None,
              kind: str = "elementwise", weights: tuple[str, ...] = ("weight",),
-             attributes: dict[str, float] | None = None) -> list[Path]:
+             attributes: dict[str, float] | None = None, inputs: tuple[str, ...] = ("x",)) -> list[Path]:
     """Write the op's files; all of them or, on any failure, none."""
-    files = planned_files(name, onnx_type or onnx_type_of(name), repo, native, kind, weights, attributes)
+    files = planned_files(name, onnx_type or onnx_type_of(name), repo, native, kind, weights, attributes, inputs)
     written = []
     try:
         for path, text in files.items():
@@ -289,6 +446,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kind", choices=KINDS, default="elementwise",
                         help="elementwise: y = f(x) per element (default); rowwise: over the last dimension, with "
                              "per-channel weights and float attributes (LayerNorm, RMSNorm-like ops)")
+    parser.add_argument("--inputs", metavar="N|x,NAME,...",
+                        help="elementwise: how many inputs of one shape (2: x and x2), or their names (x,gate): a "
+                             "gated op such as SwiGLU, or bias + activation (default: 1, x)")
     parser.add_argument("--weights", metavar="W,...",
                         help="rowwise: the per-channel weights, each [hidden], in input order (default: weight)")
     parser.add_argument("--attributes", metavar="A=V,...",
@@ -304,18 +464,24 @@ def main(argv: list[str] | None = None) -> int:
     if not rowwise and (args.weights is not None or args.attributes is not None):
         print("error: --weights and --attributes describe a row-wise op: add --kind rowwise", file=sys.stderr)
         return 2
+    if rowwise and args.inputs is not None:
+        print("error: --inputs describes an elementwise op (a row-wise op has one input, x, and --weights)",
+              file=sys.stderr)
+        return 2
     try:
+        inputs = parse_inputs(args.inputs or "1")
         weights = parse_weights(args.weights if args.weights is not None else "weight")
         attributes = parse_attributes(args.attributes or "")
     except ScaffoldError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if args.native is None and sys.stdin.isatty():
-        names = ", ".join(("x", *weights, *attributes)) if rowwise else "x"
+        names = ", ".join(("x", *weights, *attributes)) if rowwise else ", ".join(inputs)
         args.native = input(f"PyTorch's own function for this op, as an expression in {names} (e.g. F.gelu(x)); "
                             "empty if there is none: ").strip() or None
     try:
-        scaffold(args.name, args.onnx_type, native=args.native, kind=args.kind, weights=weights, attributes=attributes)
+        scaffold(args.name, args.onnx_type, native=args.native, kind=args.kind, weights=weights, attributes=attributes,
+                 inputs=inputs)
     except ScaffoldError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -330,7 +496,8 @@ def main(argv: list[str] | None = None) -> int:
               f"        (docs/examples/layer_norm.patch is a worked example); `nox -s bench -- --workload {name}`\n"
               f"        measures it into build/results/ until its files are committed")
         return 0
-    print(f"[new_op] myops::{name} (ONNX myops::{onnx_type}) scaffolded: the identity until you edit it.\n"
+    what = f"the product of its inputs ({', '.join(inputs)})" if len(inputs) > 1 else "the identity"
+    print(f"[new_op] myops::{name} (ONNX myops::{onnx_type}) scaffolded: {what} until you edit it.\n"
           f"  next: nox -s tests -- tests/test_{name}.py      (builds both libraries, runs its tests)\n"
           f"  then: write f in kernels/{name}.h (one element) and kernels/{name}_vec-inl.h (Highway vectors),\n"
           f"        the composite in ops/{name}.py and the decomposed lowering in ops/{name}_onnx.py\n"

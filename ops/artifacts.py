@@ -63,11 +63,12 @@ def write(out: Path, *, exporters, opsets, log=print) -> dict:
                 raise E.ExportError(f"ops/{op.name}.py declares no artifact seed for the model {model_name!r}: "
                                     f"add it to artifact_seeds")
             generator = torch.Generator().manual_seed(op.artifact_seeds[model_name])
-            x = torch.randn(*INPUT_SHAPE, generator=generator)
+            # one tensor per graph input, drawn in order from the op's seed (x alone for most models)
+            feed = {name: torch.randn(*INPUT_SHAPE, generator=generator) for name in E.model_inputs(model_name)}
             with torch.no_grad():
-                y = E.build_model(model_name, **attributes)(x)
+                y = E.build_model(model_name, **attributes)(*feed.values())
             inputs, reference = f"inputs-{model_name}.npz", f"reference-{model_name}.npz"
-            save_npz(staging / inputs, **{E.INPUT_NAME: x.numpy()})
+            save_npz(staging / inputs, **{name: t.numpy() for name, t in feed.items()})
             save_npz(staging / reference, **{E.OUTPUT_NAME: y.numpy()})
             for exporter in exporters:
                 for opset in opsets(exporter):

@@ -34,7 +34,7 @@ Bind = Callable[[torch.nn.Module], tuple[tuple, dict]]
 @dataclass(frozen=True)
 class TorchOp:
     spec: OpSpec
-    function: Callable              # the fused op: (x, *weights, *attributes) -> y
+    function: Callable              # the fused op: (x, *other full-shaped inputs, *weights, *attributes) -> y
     reference: Callable             # the composite it replaces, same signature: layer 1's ground truth
     reference_text: str             # the composite as the bench's graph column writes it
     register_python_parts: Callable[[], None]  # fakes and autograd, once the library is loaded
@@ -101,7 +101,8 @@ class TorchOp:
 
 
 class OpModel(torch.nn.Module):
-    """The op alone: its [hidden] weights as parameters (initialisers in ONNX), attributes as constants."""
+    """The op alone: its full-shaped inputs as the model's (x first: spec.graph_inputs), its [hidden]
+    weights as parameters (initialisers in ONNX), attributes as constants."""
 
     def __init__(self, op: TorchOp, hidden: int, function: Callable, attributes: dict):
         super().__init__()
@@ -111,5 +112,5 @@ class OpModel(torch.nn.Module):
         self.attribute_values = tuple(attributes.values())
         self.function = function
 
-    def forward(self, x):
-        return self.function(x, *(getattr(self, name) for name in self.weight_names), *self.attribute_values)
+    def forward(self, x, *others):
+        return self.function(x, *others, *(getattr(self, name) for name in self.weight_names), *self.attribute_values)

@@ -80,6 +80,20 @@ def float_input(report: FuseReport, op: str, form: str, x) -> bool:
     return False
 
 
+def same_shapes(report: FuseReport, op: str, form: str, x, *others) -> bool:
+    """Whether each other input has x's shape where both are known (the fused op does not broadcast as
+    the decomposed graph's Mul or Add may); unknown: yes, and the proof decides."""
+    shape = getattr(x, "shape", None)
+    for other in others:
+        theirs = getattr(other, "shape", None)
+        if shape is not None and theirs is not None and shape.is_static() and theirs.is_static() \
+                and tuple(shape) != tuple(theirs):
+            report.refuse(op, form, where(other), f"its inputs broadcast ({list(shape)} and {list(theirs)}); "
+                          f"{DOMAIN}::{op} takes inputs of one shape")
+            return False
+    return True
+
+
 def rules(report: FuseReport, ops: list[str] | None = None) -> list:
     """The rules of the ops asked for; by default of every op whose ONNX module does not say
     FUSE_BY_DEFAULT = False (a scaffolded op whose math is still the identity)."""

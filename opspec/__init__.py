@@ -33,12 +33,24 @@ class WorkloadSpec:
 class OpSpec:
     name: str                   # the torch name: torch.ops.myops.<name>
     onnx_type: str              # the ONNX node's op_type in the myops domain
-    inputs: tuple[str, ...]     # ONNX inputs; the first is X, the rest are shaped [X.shape[-1]]
+    inputs: tuple[str, ...]     # ONNX inputs: the first `full_inputs` have X's shape, the rest are [X.shape[-1]]
     attributes: dict = field(default_factory=dict)  # ONNX float attributes and their defaults
     torch_attributes: dict = field(default_factory=dict)  # ONNX attribute -> the torch schema's argument, where they differ
     workloads: tuple[WorkloadSpec, ...] = ()
     native_row: str | None = None  # the bench row of PyTorch's own function for the op (F.silu ...), if any
     plugin_only: bool = False   # a plugin kernel with no torch op (the benchmark's Copy floor)
+    full_inputs: int = 1        # how many inputs, X first, have X's full shape (a gated op's X and gate: 2)
+
+    def __post_init__(self):
+        if not 1 <= self.full_inputs <= len(self.inputs):
+            raise ValueError(f"OpSpec {self.name!r}: full_inputs={self.full_inputs} must be 1 to {len(self.inputs)}, "
+                             "the count of its inputs that have X's shape")
+
+    @property
+    def graph_inputs(self) -> tuple[str, ...]:
+        """The graph inputs of the op-alone model (its weights are initialisers): "x", then each other
+        full-shaped input by its name in lower case."""
+        return ("x",) + tuple(name.lower() for name in self.inputs[1:self.full_inputs])
 
     @property
     def qualified(self) -> str:

@@ -178,7 +178,7 @@ def test_a_pytorch_row_process_never_imports_onnx(ext):
 
     script = ("import sys, numpy as np, bench.torch_rows as rows; "
               "call, _ = rows.row_callable({'row': 'torch_extension', 'workload': 'ffn', 'threads': 1, "
-              "'beta': 1.0}, np.ones((2, 4, 768), np.float32)); call(); "
+              "'beta': 1.0}, (np.ones((2, 4, 768), np.float32),)); call(); "
               "print(sorted(m for m in ('onnx', 'onnxscript', 'onnxruntime', 'ops.export') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
                           cwd=Path(E.__file__).resolve().parent.parent)

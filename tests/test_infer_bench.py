@@ -149,7 +149,7 @@ def test_io_binding_path_gives_the_operators_output(artifacts, plugin_path, tmp_
     x = WORKLOADS["swish"].input(seed=0)[:2]
     spec = {"row": "ort_custom", "threads": 2, "ort_opt_level": "all", "io_binding": True, "plugin": str(plugin_path),
             "model_path": str(artifacts / "swish-custom-dynamo-opset18.onnx")}
-    row = _ort_row(spec, x, tmp_path)
+    row = _ort_row(spec, (x,), tmp_path)
     assert row.graph == "myops::Swish" and row.tf32 is None
     assert row.use_input(True)
     assert row.call().copy_outputs_to_cpu()[0].shape == (1, 1, 768)
@@ -170,7 +170,7 @@ def test_device_time_only_where_the_runs_outlast_ort_overhead(artifacts, plugin_
     x = WORKLOADS["swish"].input(seed=0)
     spec = {"row": "ort_custom", "threads": 2, "ort_opt_level": "all", "io_binding": True, "plugin": str(plugin_path),
             "model_path": str(artifacts / "swish-custom-dynamo-opset18.onnx")}
-    row = measure._ort_row(spec, x, tmp_path)
+    row = measure._ort_row(spec, (x,), tmp_path)
     ms, method = measure.ort_device_ms(row)
     assert ms > 0 and "per-run overhead, from a one-row input" in method
     assert row.call().copy_outputs_to_cpu()[0].shape == x.shape  # the real input is bound again
@@ -234,3 +234,23 @@ def test_large_workload_is_for_the_gpu_only(artifacts, plugin_path, no_torch_no_
                     shims=no_torch_no_onnx)
     assert result.returncode == 2 and "swish_large is for CUDAExecutionProvider only" in result.stderr
     assert not (tmp_path / "r").exists()
+
+
+def test_a_gated_op_s_workload_feeds_and_counts_each_full_shaped_input(monkeypatch):
+    """An op of two full-shaped inputs and a [hidden] weight: its op-alone model takes x and gate, the
+    bench feeds one array for each, and the least traffic counts x, gate, y and the weight."""
+    from infer import workloads
+    from opspec import OpSpec, WorkloadSpec
+
+    spec = OpSpec("gated", "Gated", ("X", "gate", "scale"), full_inputs=2, workloads=(WorkloadSpec("gated", "alone"),))
+    assert spec.graph_inputs == ("x", "gate")
+    monkeypatch.setitem(workloads.OPS, "gated", spec)
+    alone = workloads.Workload("gated", 2, 3, 8, op="gated")
+    assert alone.graph_inputs == ("x", "gate")
+    x, gate = alone.inputs(seed=0)
+    assert x.shape == gate.shape == (2, 3, 8) and np.array_equal(x, alone.input(seed=0)) and not np.array_equal(x, gate)
+    assert alone.bytes_moved == (3 * 2 * 3 * 8 + 8) * 4
+    in_a_model = workloads.Workload("gated_ffn", 2, 3, 8, model="ffn", op="gated")
+    assert in_a_model.graph_inputs == ("x",) and len(in_a_model.inputs(seed=0)) == 1
+    with pytest.raises(ValueError, match="full_inputs=3 must be 1 to 2"):
+        OpSpec("bad", "Bad", ("X", "gate"), full_inputs=3)

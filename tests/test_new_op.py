@@ -58,6 +58,27 @@ def test_a_native_expression_that_is_not_a_function_of_x_is_refused(tmp_path, ex
     assert [p.name for p in tmp_path.rglob("*")] == ["opspec"]
 
 
+@pytest.mark.parametrize("text,expected", [
+    ("1", ("x",)), ("3", ("x", "x2", "x3")), ("x,gate", ("x", "gate")), ("gate", ("x", "gate")),
+])
+def test_inputs_by_count_or_by_name(text, expected):
+    assert new_op.parse_inputs(text) == expected
+
+
+@pytest.mark.parametrize("text,message", [
+    ("0", "1 to 8 inputs"), ("9", "1 to 8 inputs"), ("x,Gate", "snake_case"), ("x,gate,gate", "given twice"),
+    ("x,grad", "name the generated code uses"), ("x,gate,dgate", "name two things"), ("x,gate,gatec", "name two things"), ("x,out", "generated code uses"),
+])
+def test_bad_inputs_are_refused(tmp_path, text, message):
+    with pytest.raises(new_op.ScaffoldError, match=message):
+        new_op.parse_inputs(text)
+
+
+def test_inputs_belong_to_the_elementwise_kind(capsys):
+    assert new_op.main(["gated", "--kind", "rowwise", "--inputs", "2"]) == 2
+    assert "--inputs describes an elementwise op" in capsys.readouterr().err
+
+
 def test_a_native_expression_becomes_the_op_s_native_row(tmp_path):
     (tmp_path / "opspec").mkdir()
     written = new_op.scaffold(NAME, repo=tmp_path, log=lambda line: None, native="torch.nn.functional.gelu(x, approximate=\"tanh\")")
@@ -137,11 +158,16 @@ def test_the_scaffold_touches_only_new_files(tmp_path):
 ROWWISE = ["--kind", "rowwise", "--weights", "weight,bias", "--attributes", "epsilon=1e-5"]
 
 
-@pytest.mark.parametrize("name,options,onnx_type", [(NAME, [], "FastGelu"), ("row_scale", ROWWISE, "RowScale")],
-                         ids=["elementwise", "rowwise"])
+# Elementwise with two inputs (a gated op): one input is what the Mish example builds (test below).
+GATED = ["--inputs", "x,gate"]
+
+
+@pytest.mark.parametrize("name,options,onnx_type", [(NAME, GATED, "FastGelu"), ("row_scale", ROWWISE, "RowScale")],
+                         ids=["elementwise-2-inputs", "rowwise"])
 def test_a_scaffolded_op_builds_and_passes_its_generated_tests(tmp_path, in_ci, name, options, onnx_type):
-    """Each kind, as written: the extension and plugin build, its generated tests pass (a row-wise op's
-    with two weights and an attribute), a quick bench measures it, the doctor finds it, its CUDA compiles."""
+    """Each kind, as written: the extension and plugin build, its generated tests pass (an elementwise
+    op's with two inputs, a row-wise op's with two weights and an attribute), a quick bench measures it,
+    the doctor finds it, its CUDA compiles."""
     NAME = name
     copy = _tree_copy(tmp_path / "tree")
     scaffolded = _run(copy, "-m", "lab.new_op", NAME, *options)

@@ -40,25 +40,32 @@ def _backward_of(function, x, grad, inputs=None):
 def row_plan(x, grad, beta: float, op: str = "swish") -> list[tuple[str, str, float, object]]:
     """(row, what runs, tensors of x's size moved per call, maker of the timed call) for one input,
     from the op's declaration (ops/<op>.py): the copy, the composite, the extension and PyTorch's
-    own function where it applies, then their backwards. The weights are those the exported models
-    hold (the op's model, seed 0); the attributes its defaults, with the run's beta for Swish."""
+    own function where it applies, then their backwards. A gated op's other full-shaped inputs are
+    random tensors like x; the weights are those the exported models hold (the op's model, seed 0);
+    the attributes its defaults, with the run's beta for Swish."""
+    import torch
+
     from ops.registry import OPS
 
     declared = OPS[op]
     attributes = declared.attributes(beta=beta)
     model = declared.build_model(declared.name, hidden=x.shape[-1], attributes=attributes)
     weights = tuple(getattr(model, name).detach().to(x.device, x.dtype) for name in declared.weights)
+    generator = torch.Generator(device=x.device).manual_seed(1)
+    others = tuple(torch.randn(x.shape, generator=generator, device=x.device).to(x.dtype)
+                   for _ in range(declared.spec.full_inputs - 1))
     constants = tuple(attributes.values())
     per_weight = 1 / (x.numel() // x.shape[-1]) if x.numel() else 0  # a [hidden] weight, in tensors of x's size
 
     def forward(function):
-        return lambda: (lambda: function(x, *weights, *constants))
+        return lambda: (lambda: function(x, *others, *weights, *constants))
 
     def backward(function):
-        return _backward_of(lambda t, *w: function(t, *w, *constants), x, grad, weights)
+        return _backward_of(lambda t, *w: function(t, *w, *constants), x, grad, others + weights)
 
     native = declared.native is not None and declared.native_applies(attributes)
-    moved, moved_back = 2 + len(weights) * per_weight, 3 + 2 * len(weights) * per_weight  # dw written too
+    full = 1 + len(others)  # each full-shaped input read, y written; backward: grad and each read, each gradient written
+    moved, moved_back = full + 1 + len(weights) * per_weight, 1 + 2 * full + 2 * len(weights) * per_weight
     plan = [
         ("torch_copy", "torch.clone", 2, lambda: (lambda: x.clone())),
         ("torch_composite", declared.reference_text, moved, forward(declared.reference)),

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "common.h"
 
@@ -43,6 +45,61 @@ void RunSpans(Ort::KernelContext& context, float beta) {
         kSpan(j->x + begin, j->y + begin, count, j->beta);
       },
       chunks, 0, &job);
+}
+
+// The same for an op of kInputs inputs that all have X's shape (a gated op's X and gate): each is
+// checked against X before any memory is touched (the error names the op and node), then
+// kSpan(inputs, y, count) runs on the same chunks.
+using InputsSpanFn = void (*)(const float* const* inputs, float* y, int64_t count);
+
+inline std::string ShapeText(const std::vector<int64_t>& shape) {
+  std::string text = "[";
+  for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
+  return text + "]";
+}
+
+template <int kInputs, InputsSpanFn kSpan>
+Ort::Status RunInputSpans(Ort::KernelContext& context, const char* op, const std::string& node) {
+  const Ort::ConstValue x = context.GetInput(0);
+  const Ort::TensorTypeAndShapeInfo info = x.GetTensorTypeAndShapeInfo();
+  const std::vector<int64_t> shape = info.GetShape();
+  struct Job {
+    const float* in[kInputs];
+    float* y;
+    int64_t n;
+  } job{};
+  job.in[0] = x.GetTensorData<float>();
+  for (int k = 1; k < kInputs; ++k) {
+    const Ort::ConstValue other = context.GetInput(k);
+    const std::vector<int64_t> other_shape = other.GetTensorTypeAndShapeInfo().GetShape();
+    if (other_shape != shape) {
+      return Ort::Status((std::string("myops::") + op + " (node " + node + "): input " + std::to_string(k) +
+                          " must have X's shape " + ShapeText(shape) + " (elementwise, no broadcasting); got " +
+                          ShapeText(other_shape))
+                             .c_str(),
+                         ORT_INVALID_ARGUMENT);
+    }
+    job.in[k] = other.GetTensorData<float>();
+  }
+  Ort::UnownedValue output = context.GetOutput(0, shape);
+  job.y = output.GetTensorMutableData<float>();
+  job.n = static_cast<int64_t>(info.GetElementCount());
+  const auto chunks = static_cast<size_t>((job.n + kChunk - 1) / kChunk);
+  if (chunks <= 1) {
+    kSpan(job.in, job.y, job.n);
+    return Ort::Status{nullptr};
+  }
+  context.ParallelFor(
+      [](void* data, size_t chunk) {
+        const auto* j = static_cast<const Job*>(data);
+        const int64_t begin = static_cast<int64_t>(chunk) * kChunk;
+        const int64_t count = j->n - begin < kChunk ? j->n - begin : kChunk;
+        const float* in[kInputs];
+        for (int k = 0; k < kInputs; ++k) in[k] = j->in[k] + begin;
+        kSpan(in, j->y + begin, count);
+      },
+      chunks, 0, &job);
+  return Ort::Status{nullptr};
 }
 
 }  // namespace cpu
