@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import builtins
 import keyword
 import math
 import os
@@ -55,7 +56,17 @@ PARAMETER_RESERVED = {"x", "y", "g", "op", "ctx", "grad", "grads", "axes", "inpu
                       "beta", "eps"}  # beta, eps: the bench and export's own overrides of Swish's and RMSNorm's
 # And the elementwise kind's inputs: the locals of its kernels and adapters.
 INPUT_RESERVED = {"out", "n", "i", "d", "d1", "lanes", "kernel", "t", "begin", "end", "dtype", "guard", "info", "input",
-                  "other", "shape", "node", "err", "stream", "e", "p", "q", "v", "floats", "views", "wide", "inputs"}
+                  "other", "shape", "node", "err", "stream", "e", "p", "q", "v", "floats", "views", "wide", "inputs",
+                  # the generated functions and the types the C++ names
+                  "forward", "backward", "forward_span", "backward_span", "check_like_x", "check_cpu_dtype",
+                  "kernel_dtype", "check_launch", "float_input", "same_shapes", "reference", "register_python_parts",
+                  "int64_t", "size_t", "uint8_t", "int32_t", "uintptr_t", "scalar_t", "half", "bfloat16",
+                  # C++ keywords and alternative tokens the general list leaves out
+                  "static_cast", "reinterpret_cast", "const_cast", "dynamic_cast", "static_assert", "thread_local",
+                  "wchar_t", "char8_t", "char16_t", "char32_t", "co_await", "co_yield", "co_return", "concept",
+                  "requires", "consteval", "constinit", "and_eq", "bitand", "bitor", "compl", "not_eq", "or_eq",
+                  "xor_eq", "module", "import", "final", "override",
+                  } | set(dir(builtins))  # the Python side calls tuple(), len(), ...
 ONNX_TYPE_PATTERN = re.compile(r"[A-Z][A-Za-z0-9]*")
 
 
@@ -242,7 +253,10 @@ def parse_inputs(text: str) -> tuple[str, ...]:
     else:
         names = tuple(part.strip() for part in text.split(",") if part.strip())
         if names and names[0] != "x":
-            names = ("x", *names)  # the first input is x, as every op's
+            raise ScaffoldError(f"--inputs {text!r}: the first input is always x, as every op's; e.g. --inputs "
+                                f"x,{','.join(n for n in names if n != 'x')}")
+        if names.count("x") > 1:
+            raise ScaffoldError(f"--inputs {text!r}: x is given twice; the first input is x, name the others")
     if not 1 <= len(names) <= 8:
         raise ScaffoldError(f"--inputs {text!r}: give 1 to 8 inputs, a count (--inputs 2) or names whose first is x "
                             "(--inputs x,gate)")
@@ -343,7 +357,9 @@ def elementwise_values(name: str, inputs: tuple[str, ...]) -> dict[str, str]:
         "py_params": ", ".join(f"{i}: torch.Tensor" for i in inputs),
         "py_reference": " * ".join(inputs) if many else "x.clone()",
         "py_fake_checks": "".join(
-            f'\n        torch._check({i}.shape == x.shape, lambda: f"myops::{name}: {i} shape {{{i}.shape}} != x shape {{x.shape}}")'
+            f'\n        torch._check({i}.shape == x.shape and {i}.dtype == x.dtype,'
+            f'\n                     lambda: f"myops::{name}: {i} ({{{i}.dtype}}, {{{i}.shape}}) must have x\'s dtype and shape "'
+            f'\n                             f"({{x.dtype}}, {{x.shape}})")'
             for i in others),
         "py_fake_grads": (f"tuple(torch.empty_like(t, memory_format=torch.contiguous_format) for t in ({', '.join(inputs)}))"
                           if many else "torch.empty_like(x, memory_format=torch.contiguous_format)"),

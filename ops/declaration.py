@@ -38,7 +38,7 @@ class TorchOp:
     reference: Callable             # the composite it replaces, same signature: layer 1's ground truth
     reference_text: str             # the composite as the bench's graph column writes it
     register_python_parts: Callable[[], None]  # fakes and autograd, once the library is loaded
-    weights: tuple[str, ...] = ()   # the model's parameters for the ONNX inputs after X (shape [hidden])
+    weights: tuple[str, ...] = ()   # the model's parameters for the ONNX inputs after the full-shaped ones (shape [hidden])
     native: Callable | None = None  # PyTorch's own function for the op (row spec.native_row), same signature
     native_text: str = ""
     native_applies: Callable[[dict], bool] = lambda attributes: True  # with these attributes, on this torch

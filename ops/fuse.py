@@ -80,14 +80,25 @@ def float_input(report: FuseReport, op: str, form: str, x) -> bool:
     return False
 
 
+def _may_broadcast(a, b) -> bool:
+    """Whether two known shapes can differ: other ranks, two fixed sizes that differ, or a fixed 1
+    against a symbolic size (which broadcasts)."""
+    if len(a) != len(b):
+        return True
+    for p, q in zip(a, b):
+        fixed_p, fixed_q = isinstance(p, int), isinstance(q, int)
+        if (fixed_p and fixed_q and p != q) or (fixed_p != fixed_q and 1 in (p, q)):
+            return True
+    return False
+
+
 def same_shapes(report: FuseReport, op: str, form: str, x, *others) -> bool:
-    """Whether each other input has x's shape where both are known (the fused op does not broadcast as
-    the decomposed graph's Mul or Add may); unknown: yes, and the proof decides."""
+    """Whether each other input has x's shape (the fused op does not broadcast as the decomposed graph's
+    Mul or Add may): refused where known shapes tell they may differ; unknown: yes, and the proof decides."""
     shape = getattr(x, "shape", None)
     for other in others:
         theirs = getattr(other, "shape", None)
-        if shape is not None and theirs is not None and shape.is_static() and theirs.is_static() \
-                and tuple(shape) != tuple(theirs):
+        if shape is not None and theirs is not None and _may_broadcast(tuple(shape), tuple(theirs)):
             report.refuse(op, form, where(other), f"its inputs broadcast ({list(shape)} and {list(theirs)}); "
                           f"{DOMAIN}::{op} takes inputs of one shape")
             return False

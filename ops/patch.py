@@ -47,12 +47,12 @@ class Fused(torch.nn.Module):
             else:  # a module without its own weight (nn.RMSNorm without affine): ones, not in the state dict
                 self.register_buffer(name, value, persistent=False)
 
-    def forward(self, x):
+    def forward(self, x, *others):  # others: a gated op's other full-shaped inputs, as the original took them
         op = OPS[self.op_name]
         weights = [getattr(self, name) for name in op.weights]
         # a weight the original did not have (ones) follows the input, as the original's math would
         weights = [w if isinstance(w, torch.nn.Parameter) else w.to(x.device, x.dtype) for w in weights]
-        return op.function(x, *weights, *self.attributes.values())
+        return op.function(x, *others, *weights, *self.attributes.values())
 
     def extra_repr(self) -> str:
         attributes = ", ".join(f"{k}={v:g}" for k, v in self.attributes.items())

@@ -184,3 +184,18 @@ def test_fuse_takes_onnx_swish_at_its_default_alpha_and_refuses_a_scale_not_per_
          helper.make_tensor("eps", TensorProto.FLOAT, [], [1e-6]), helper.make_tensor("w", TensorProto.FLOAT, [1], [0.5])])
     with pytest.raises(FuseError, match=r"the scale \(w\) is not one value per channel of x"):
         fuse(norm, tmp_path / "out.onnx", plugin=str(plugin_path), log=quiet)
+
+
+def test_inputs_that_may_broadcast_are_told_from_ones_that_cannot():
+    """A several-input op's rule refuses operands whose known shapes may differ (the fused op does not
+    broadcast): another rank, two fixed sizes that differ, a fixed 1 against a symbolic size."""
+    import onnx_ir as ir
+
+    from ops.fuse import _may_broadcast
+
+    batch, seq = ir.SymbolicDim("batch"), ir.SymbolicDim("seq")
+    assert not _may_broadcast((batch, seq, 768), (batch, seq, 768))
+    assert _may_broadcast((batch, seq, 768), (768,))
+    assert _may_broadcast((batch, seq, 768), (1, 1, 768))
+    assert _may_broadcast((2, 3, 768), (2, 3, 64))
+    assert not _may_broadcast((batch, seq, 768), (ir.SymbolicDim("n"), seq, 768))  # unknown: the proof decides

@@ -59,7 +59,7 @@ def test_a_native_expression_that_is_not_a_function_of_x_is_refused(tmp_path, ex
 
 
 @pytest.mark.parametrize("text,expected", [
-    ("1", ("x",)), ("3", ("x", "x2", "x3")), ("x,gate", ("x", "gate")), ("gate", ("x", "gate")),
+    ("1", ("x",)), ("3", ("x", "x2", "x3")), ("x,gate", ("x", "gate")), ("x,gate,up", ("x", "gate", "up")),
 ])
 def test_inputs_by_count_or_by_name(text, expected):
     assert new_op.parse_inputs(text) == expected
@@ -68,6 +68,9 @@ def test_inputs_by_count_or_by_name(text, expected):
 @pytest.mark.parametrize("text,message", [
     ("0", "1 to 8 inputs"), ("9", "1 to 8 inputs"), ("x,Gate", "snake_case"), ("x,gate,gate", "given twice"),
     ("x,grad", "name the generated code uses"), ("x,gate,dgate", "name two things"), ("x,gate,gatec", "name two things"), ("x,out", "generated code uses"),
+    ("gate,up", "the first input is always x.*--inputs x,gate,up"), ("x,x", "x is given twice"),
+    ("x,forward", "generated code uses"), ("x,int64_t", "generated code uses"), ("x,tuple", "generated code uses"),
+    ("x,static_cast", "generated code uses"),
 ])
 def test_bad_inputs_are_refused(tmp_path, text, message):
     with pytest.raises(new_op.ScaffoldError, match=message):
