@@ -357,7 +357,9 @@ def measure(spec: dict, torch_rows=None) -> dict:
     if spec.get("memory_probe"):
         _mmap_large_blocks()
     workload = WORKLOADS[spec["workload"]]
-    arrays = workload.inputs(seed=0)[:1] if spec["row"] in COPY_ROWS else workload.inputs(seed=0)
+    arrays = workload.inputs(seed=0)
+    if spec["row"] in COPY_ROWS:  # the copy floor copies x alone
+        arrays = arrays[:1]
     with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
         session, tf32, ort_row = None, None, None
         if spec["row"] in TORCH_ROWS:

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from opspec import OPS, TORCH_OPS
+from opspec import OPS, TORCH_OPS, model_inputs
 
 BYTES_FP32 = 4
 # The copy floor's rows, timed like the op: x copied, whatever the op takes; the fastest of a framework's
@@ -66,7 +66,7 @@ class Workload:
     def graph_inputs(self) -> tuple[str, ...]:
         """The model's inputs, in order: the op alone takes each of its full-shaped inputs, the other
         models x alone."""
-        return OPS[self.op].graph_inputs if self.op_alone else ("x",)
+        return model_inputs(self.model_name)
 
     def input(self, seed: int = 0) -> np.ndarray:
         return np.random.default_rng(seed).standard_normal(self.shape, dtype=np.float32)

@@ -33,7 +33,7 @@ import onnx
 import onnx.version_converter
 import torch
 
-from opspec import DOMAIN, DOMAIN_VERSION
+from opspec import DOMAIN, DOMAIN_VERSION, model_inputs
 
 from . import load as load_extension
 from .declaration import TorchOp
@@ -85,13 +85,6 @@ def build_model(name: str, *, hidden: int = 768, seed: int = 0, activation=None,
 def sample_input(batch: int = 2, seq: int = 16, hidden: int = 768, *, seed: int = 1) -> torch.Tensor:
     generator = torch.Generator().manual_seed(seed)
     return torch.randn(batch, seq, hidden, generator=generator)
-
-
-def model_inputs(name: str) -> tuple[str, ...]:
-    """The graph inputs of a model, in order: an op alone takes each of its full-shaped inputs (x, and
-    a gated op's gate), every other model x alone."""
-    op = OPS[MODEL_OP[name]]
-    return op.spec.graph_inputs if name == op.name else (INPUT_NAME,)
 
 
 def sample_inputs(name: str, batch: int = 2, seq: int = 16, hidden: int = 768, *, seed: int = 1) -> tuple:

@@ -82,6 +82,12 @@ def by_onnx_type(op_type: str) -> OpSpec | None:
     return next((spec for spec in OPS.values() if spec.onnx_type == op_type), None)
 
 
+def model_inputs(model: str) -> tuple[str, ...]:
+    """The graph inputs of an exported model, in order: a model named like an op is that op alone and
+    takes each of its full-shaped inputs; every other model (ffn...) takes x alone."""
+    return OPS[model].graph_inputs if model in OPS else ("x",)
+
+
 def probe_input_names(op_type: str) -> tuple[str, ...]:
     """The graph input names of a one-node probe: "x" first, then the op's other inputs by name
     (lower case). An op this catalogue does not know is probed with one input."""
