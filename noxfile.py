@@ -24,6 +24,7 @@ nox.options.sessions = ["tests"]
 # `python` pin governs its images, never the host.
 TOOLS = REPO / "requirements" / "tools.txt"
 COMPARE = REPO / "requirements" / "compare.txt"
+WHEEL_TOOLS = REPO / "requirements" / "wheels.txt"
 
 
 def _parse(session: nox.Session, parser: argparse.ArgumentParser) -> argparse.Namespace:
@@ -293,11 +294,27 @@ def tests(session: nox.Session) -> None:
     """Build for the cpu entry and run the test suite (pytest options after --)."""
     entry = _entry(session, matrix.DEFAULT_ENTRY)
     _install(session, entry, models=True)
-    session.install("-r", str(COMPARE))
+    session.install("-r", str(COMPARE), "-r", str(WHEEL_TOOLS))
     _build(session)
     # pytest options after --; test files or directories given there replace the whole suite
     chosen = [a for a in session.posargs if a.startswith("tests")]
     session.run("python", "-m", "pytest", *([] if chosen else ["tests"]), "-ra", *session.posargs)
+
+
+@nox.session
+def wheels(session: nox.Session) -> None:
+    """Build the wheels users pip install into dist/ENTRY/: myops-ort (the ONNX Runtime plugin, no torch)
+    and myops-torch (the extension for the entry's torch), checked and tagged by auditwheel."""
+    parser = argparse.ArgumentParser(prog="nox -s wheels --", description=wheels.__doc__)
+    parser.add_argument("entry", nargs="?", default=matrix.DEFAULT_ENTRY)
+    parser.add_argument("--only", choices=["ort", "torch"], help="build one of the two")
+    parser.add_argument("--out", type=Path, help="where the wheels go (default dist/ENTRY)")
+    args = _parse(session, parser)
+    entry = _entry(session, args.entry)
+    _install(session, entry)
+    session.install("-r", str(WHEEL_TOOLS))
+    session.run("python", "-m", "lab.dist", args.entry, *(["--only", args.only] if args.only else []),
+                *(["--out", str(args.out)] if args.out else []))
 
 
 @nox.session

@@ -55,6 +55,17 @@ def plugin_path() -> Path:
 
 
 @pytest.fixture(scope="session")
+def artifacts(ext, tmp_path_factory) -> Path:
+    """The infer side's artifacts (ONNX files, inputs, references) of every model, dynamo at opset 18;
+    read only: a test that damages one copies the folder first."""
+    from ops.artifacts import write
+
+    out = tmp_path_factory.mktemp("artifacts") / "artifacts"
+    write(out, exporters=["dynamo"], opsets=lambda exporter: [18], log=lambda m: None)
+    return out
+
+
+@pytest.fixture(scope="session")
 def in_ci() -> bool:
     return os.environ.get("CI") == "true"
 

@@ -45,14 +45,6 @@ def test_every_cpu_path_of_the_arm64_plugin_verifies(arm64_images, cap):
     assert f"MYOPS_CPU_ISA={cap}: the CPU path is {cap}" in err, err[-800:]
 
 
-@pytest.fixture(scope="module")
-def artifacts(ext, tmp_path_factory):
-    from ops.artifacts import write
-
-    out = tmp_path_factory.mktemp("arm64") / "artifacts"
-    write(out, exporters=["dynamo"], opsets=lambda exporter: [18], log=lambda m: None)
-    return out
-
 
 def test_layer3_local_x86_against_arm64_under_emulation(arm64_images, artifacts, plugin_path, tmp_path):
     log = []

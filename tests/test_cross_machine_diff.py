@@ -17,14 +17,6 @@ from bench import cross_machine_diff as xdiff
 pytestmark = pytest.mark.docker
 
 
-@pytest.fixture(scope="module")
-def artifacts(ext, tmp_path_factory):
-    from ops.artifacts import write
-
-    out = tmp_path_factory.mktemp("xdiff") / "artifacts"
-    write(out, exporters=["dynamo"], opsets=lambda exporter: [18], log=lambda m: None)
-    return out
-
 
 def _rows(results: Path) -> list[dict]:
     with open(results / "cross_machine_diff.csv", newline="") as handle:

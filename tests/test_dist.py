@@ -1,0 +1,121 @@
+"""The wheels users pip install (lab/dist.py, `nox -s wheels -- cpu`), built once, checked by
+auditwheel, then installed as a user would: each into a new venv with only what it needs, and run
+there on nothing of the checkout (python -I from another folder)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from lab import dist, matrix, wheels
+
+REPO = Path(__file__).resolve().parent.parent
+CHECKS = Path(__file__).resolve().parent / "wheel_checks"
+ENTRY = matrix.entry(matrix.DEFAULT_ENTRY)
+# what the manylinux policies let a wheel take from the system (PEP 600's "system libraries")
+SYSTEM_LIBRARIES = {"libc.so.6", "libm.so.6", "libstdc++.so.6", "libgcc_s.so.1", "libpthread.so.0", "libdl.so.2",
+                    "librt.so.1", "ld-linux-x86-64.so.2", "ld-linux-aarch64.so.1"}
+
+
+def _pin(name: str) -> str:
+    return next(p for p in matrix.pip_pins(ENTRY) if p.split("==")[0] == name)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> dict:
+    out = tmp_path_factory.mktemp("dist")
+    records = dist.build_all(ENTRY["id"], out, log=lambda m: None)
+    return {kind: {**record, "path": out / record["wheel"]} for kind, record in records.items()}
+
+
+def _venv(where: Path, *packages: str) -> Path:
+    subprocess.run([sys.executable, "-m", "venv", str(where)], check=True)
+    python = where / "bin" / "python"
+    done = subprocess.run([str(python), "-m", "pip", "install", "--quiet", *packages], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return python
+
+
+def _run_check(python: Path, script: str, *args, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([str(python), "-I", str(CHECKS / script), *map(str, args)], capture_output=True, text=True,
+                          cwd=cwd, timeout=900)
+
+
+def _manylinux(tag: str) -> tuple[int, int]:
+    major, minor = tag.split("_")[1:3]
+    return int(major), int(minor)
+
+
+def test_plugin_wheel_is_manylinux_2_28_and_needs_only_system_libraries(built):
+    ort = built["ort"]
+    assert ort["wheel"].endswith(f"-py3-none-{dist.PLUGIN_POLICY}_x86_64.whl"), ort["wheel"]
+    # auditwheel's own reading of the symbol versions: within manylinux_2_28 (it may allow older)
+    assert _manylinux(ort["policy"]) <= (2, 28), ort["policy"]
+    assert set(ort["needs"]) == {"myops_ort/libmyops_ort.so"}, ort["needs"]
+    assert set(ort["needs"]["myops_ort/libmyops_ort.so"]) <= SYSTEM_LIBRARIES, ort["needs"]
+    with zipfile.ZipFile(ort["path"]) as archive:
+        names = archive.namelist()
+        build = json.loads(archive.read("myops_ort/build.json"))
+    assert "myops_ort/opspec/__init__.py" in names and not any("torch" in n for n in names), names
+    assert build["ort_headers"] == ENTRY["ort_headers"]["version"], build
+
+
+def test_plugin_wheel_in_a_clean_venv_runs_every_artifact_and_refuses_an_old_onnxruntime(built, artifacts, tmp_path):
+    python = _venv(tmp_path / "venv", _pin("onnxruntime"), _pin("numpy"), str(built["ort"]["path"]))
+    listed = subprocess.run([str(python), "-m", "pip", "list", "--format=json"], capture_output=True, text=True)
+    assert not {"torch", "onnx"} & {p["name"] for p in json.loads(listed.stdout)}, listed.stdout
+    done = _run_check(python, "plugin_layer2.py", artifacts, 1e-5, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    report = json.loads(done.stdout.splitlines()[-1])
+    manifest = json.loads((artifacts / "manifest.json").read_text())
+    assert len(report["checked"]) == len(manifest["models"]) > 0, report
+    assert any(m["lowering"] == "custom" for m in manifest["models"]), manifest["models"]
+    assert "onnxruntime 1.16.3 is older" in report["refused"] and "upgrade onnxruntime" in report["refused"], report
+    assert str(tmp_path / "venv") in report["library"], report
+
+
+def test_extension_wheel_is_pinned_to_its_torch(built):
+    torch_wheel = built["torch"]
+    torch_version = ENTRY["torch"]["version"]
+    assert torch_wheel["wheel"].startswith(f"myops_torch-{dist.VERSION}+torch{torch_version}.cpu-"), torch_wheel
+    # torch's libraries are left to torch (auditwheel --exclude); everything else is a system library
+    (library, needs), = torch_wheel["needs"].items()
+    assert set(needs) - set(torch_wheel["provided_at_run_time"]) <= SYSTEM_LIBRARIES, torch_wheel
+    assert {"libc10.so", "libtorch_cpu.so"} <= set(torch_wheel["provided_at_run_time"]), torch_wheel
+    with zipfile.ZipFile(torch_wheel["path"]) as archive:
+        metadata = archive.read(next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))).decode()
+        names = archive.namelist()
+    assert f"Requires-Dist: torch=={torch_version}" in metadata, metadata
+    # the lab's own tooling stays out of the wheel; the ops' Python and the catalogue go in
+    assert "myops_torch/ops/declaration.py" in names and "myops_torch/opspec/swish.py" in names, names
+    assert not any(n.startswith(("lab/", "ops/", "opspec/")) or n.endswith(("/build.py", "/fuse.py")) for n in names)
+
+
+def test_extension_wheel_in_a_clean_venv_runs_layer1_and_an_export(built, tmp_path):
+    torch_pin = f"torch=={wheels.locked_version(ENTRY, 'train', 'torch') or ENTRY['torch']['version']}"
+    python = _venv(tmp_path / "venv", torch_pin, _pin("numpy"), _pin("onnx"), _pin("onnxscript"),
+                   str(built["torch"]["path"]))
+    done = _run_check(python, "torch_layer1.py", tmp_path, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    report = json.loads(done.stdout.splitlines()[-1])
+    assert report["custom_nodes"] == ["Swish", "RMSNorm"], report  # in graph order: rms_norm(swish(proj(h)))
+    assert report["requires"] == [f"torch=={ENTRY['torch']['version']}"], report
+    assert str(tmp_path / "venv") in report["library"], report
+
+    mismatch = _run_check(python, "torch_mismatch.py", cwd=tmp_path)
+    assert mismatch.returncode == 0, mismatch.stderr[-3000:]
+    refused = json.loads(mismatch.stdout.splitlines()[-1])
+    assert refused["type"] == "TorchMismatch", refused
+    assert f"compiled for torch {ENTRY['torch']['version']} (CPU)" in refused["message"], refused
+    assert "this environment has torch 2.12.1" in refused["message"], refused
+
+
+def test_a_cuda_entry_is_refused_with_what_is_missing(tmp_path):
+    cuda_entry = next(name for name, e in matrix.load()["entries"].items() if e["device"] != "cpu")
+    with pytest.raises(dist.DistError, match="CPU entries only"):
+        dist.build_all(cuda_entry, tmp_path)
+    assert not any(tmp_path.iterdir())
