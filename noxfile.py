@@ -328,6 +328,7 @@ def reproduce(session: nox.Session) -> None:
                         help="compare with the entry's images too, building them from this checkout where needed")
     args = _parse(session, parser)
     _install(session, _entry(session, args.entry))
+    session.install("-r", str(WHEEL_TOOLS))  # both clones build the wheels too
     extra = ["--cuda-architectures", args.cuda_architectures] if args.cuda_architectures else []
     extra += ["--images"] if args.images else []
     session.run("python", "-m", "lab.reproduce", args.entry, *extra)

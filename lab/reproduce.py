@@ -5,7 +5,7 @@
 Two clones of the committed HEAD, in folders of different names and depths, each built with a
 different time zone, locale and umask (SOURCE_DATE_EPOCH is the commit's time in both): the
 PyTorch extension, the ONNX Runtime plugin (CPU, and CUDA where nvcc is here and architectures are
-given), and every artifact the infer side runs (ONNX files, inputs, references, manifest). Each
+given), the wheels users install (lab.dist: myops-ort, myops-torch), and every artifact the infer side runs (ONNX files, inputs, references, manifest). Each
 pair is compared by sha256; a difference gets a diffoscope report under build/reproduce/ where
 diffoscope is installed. Where the entry's images are here, the host build is compared with
 theirs as well: identical where the toolchains match, and the record says why where they cannot.
@@ -107,6 +107,10 @@ def build_all(build: Build, entry: str, cuda_architectures: str | None) -> dict[
         plugin = build.run("-m", "ort_plugin.build", "--cuda", "ON", "--cuda-architectures", cuda_architectures,
                            what=f"ORT plugin, CUDA {cuda_architectures}").strip().splitlines()[-1]
         found[f"ort plugin (CUDA {cuda_architectures})"] = Path(plugin)
+    dist = build.root / "dist" / entry
+    build.run("-m", "lab.dist", entry, "--out", str(dist), what="wheels (myops-ort, myops-torch)")
+    for wheel in sorted(dist.glob("*.whl")):
+        found[f"wheel {wheel.name.split('-')[0]}"] = wheel
     artifacts = build.root / "build" / "artifacts"
     build.run("-m", "ops.artifacts", "--out", str(artifacts), "--entry", entry, what="ONNX files, inputs, references")
     for path in sorted(artifacts.iterdir()):
