@@ -218,8 +218,9 @@ def _tool_version(cmd: list[str]) -> str:
 
 @nox.session
 def publish(session: nox.Session) -> None:
-    """Push an entry's images to --registry, or write them as a docker-save archive for `docker load`."""
-    from lab import docker, platforms
+    """Push an entry's images to --registry, or write them as a docker-save archive for `docker load`
+    (with --wheels, the entry's wheels beside it)."""
+    from lab import dist, docker, platforms
 
     parser = argparse.ArgumentParser(prog="nox -s publish --", description=publish.__doc__)
     parser.add_argument("entry", nargs="?", default=matrix.DEFAULT_ENTRY)
@@ -227,8 +228,14 @@ def publish(session: nox.Session) -> None:
     target.add_argument("--registry", help="e.g. registry.example.com:5000/team; images are tagged and pushed there")
     target.add_argument("--archive", type=Path, help="directory for <entry>-images.tar.gz and its .sha256")
     parser.add_argument("--infer-only", action="store_true", help="only the infer image (what a GPU host needs)")
+    parser.add_argument("--wheels", type=Path, help="with --archive: also the wheels of this folder (nox -s wheels "
+                        "writes dist/ENTRY), each with its .sha256, beside the images' archive")
     args = _parse(session, parser)
+    if args.wheels and not args.archive:
+        session.error("--wheels goes with --archive DIR (the wheels are written beside the images' archive)")
     try:
+        if args.wheels:
+            dist.recorded(args.wheels)  # checked before anything is written
         docker.require_daemon()
         entry = matrix.entry(args.entry)
         tags = docker.image_tags(entry)
@@ -253,7 +260,10 @@ def publish(session: nox.Session) -> None:
             wanted += [tag for tag in infer.values() if tag not in wanted]
             archive = docker.save_archive(wanted, args.archive, f"{args.entry}-images", log=session.log)
             session.log(f"wrote {archive} (+ .sha256); on the host: gunzip -c {archive.name} | docker load")
-    except (matrix.MatrixError, docker.DockerError) as exc:
+            if args.wheels:
+                for wheel in dist.publish(args.wheels, args.archive, log=session.log):
+                    session.log(f"on the host: pip install {wheel.name}")
+    except (matrix.MatrixError, docker.DockerError, dist.DistError) as exc:
         session.error(str(exc))
 
 

@@ -47,6 +47,14 @@ def _copy_tree(source: Path, dest: Path, *, python_only: bool = False) -> None:
     shutil.copytree(source, dest, ignore=ignore, dirs_exist_ok=True)
 
 
+def _normalise_modes(stage: Path) -> None:
+    """644 for files, 755 for folders, whatever the checkout's umask was (the wheel's zip records modes)."""
+    for folder, dirs, files in os.walk(stage):
+        os.chmod(folder, 0o755)
+        for name in files:
+            os.chmod(Path(folder) / name, 0o644)
+
+
 def _fresh(path: Path) -> Path:
     if path.exists():
         shutil.rmtree(path)
@@ -74,7 +82,8 @@ def _run(cmd: list[str], *, what: str, log, library_path: Path | None = None) ->
     env = _tool_env()
     if library_path:  # where auditwheel finds the libraries it is told to leave out
         env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [str(library_path), env.get("LD_LIBRARY_PATH")]))
-    done = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    # umask 022: the files a backend writes get the same modes in every checkout (a wheel records them)
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, preexec_fn=lambda: os.umask(0o022))
     if done.returncode != 0:
         tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-30:])
         raise DistError(f"{what} failed ({done.returncode}):\n{tail}")
@@ -148,6 +157,7 @@ def _plugin_stage(entry: dict, headers: ort_headers.Headers) -> Path:
     build = {"version": VERSION, "entry": entry["id"], "ort_headers": headers.version,
              "ort_api_version": headers.api_version, "cuda": False}
     write_text_atomic(stage / "myops_ort" / "build.json", json.dumps(build, indent=2, sort_keys=True) + "\n")
+    _normalise_modes(stage)
     return stage
 
 
@@ -183,6 +193,7 @@ def _torch_stage(entry: dict) -> Path:
     config = {"version": VERSION, "entry": entry["id"],
               "include_dirs": ["kernels", *map(str, highway.include_dirs(REPO, log=lambda m: None))]}
     write_text_atomic(stage / "build_config.json", json.dumps(config, indent=2, sort_keys=True) + "\n")
+    _normalise_modes(stage)
     return stage
 
 
@@ -227,6 +238,39 @@ def build_all(entry_id: str, out: Path, *, kinds=("ort", "torch"), log=print) ->
     for record in records.values():
         log(f"[dist] {shown(out / record['wheel'])}  ({record['policy']}, sha256 {record['sha256'][:12]})")
     return records
+
+
+def recorded(dist_dir: Path) -> list[dict]:
+    """The wheels dist_dir/wheels.json records, each checked against its sha256: a wheel changed or added by
+    hand is refused."""
+    index = Path(dist_dir) / "wheels.json"
+    if not index.exists():
+        raise DistError(f"{shown(index)} is missing: {shown(Path(dist_dir))} holds no wheels built by "
+                        "`nox -s wheels -- ENTRY`")
+    records = list(json.loads(index.read_text()).values())
+    for record in records:
+        wheel = Path(dist_dir) / record["wheel"]
+        if not wheel.exists():
+            raise DistError(f"{shown(wheel)} is missing (recorded in {shown(index)}): build the wheels again")
+        if hashlib.sha256(wheel.read_bytes()).hexdigest() != record["sha256"]:
+            raise DistError(f"{shown(wheel)} does not match its sha256 in {shown(index)}: build the wheels again")
+    return records
+
+
+def publish(dist_dir: Path, dest: Path, *, log=print) -> list[Path]:
+    """Copy the recorded wheels of dist_dir into dest, each with its .sha256 (sha256sum's format)."""
+    records = recorded(dist_dir)
+    dest.mkdir(parents=True, exist_ok=True)
+    written = []
+    for record in records:
+        target = dest / record["wheel"]
+        partial = dest / f".{record['wheel']}.partial"
+        shutil.copyfile(Path(dist_dir) / record["wheel"], partial)
+        os.replace(partial, target)
+        write_text_atomic(dest / f"{record['wheel']}.sha256", f"{record['sha256']}  {record['wheel']}\n")
+        log(f"[dist] wrote {shown(target)} (+ .sha256)")
+        written.append(target)
+    return written
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -3,7 +3,9 @@ auditwheel, then installed as a user would: each into a new venv with only what 
 there on nothing of the checkout (python -I from another folder)."""
 from __future__ import annotations
 
+import hashlib
 import json
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -119,3 +121,25 @@ def test_a_cuda_entry_is_refused_with_what_is_missing(tmp_path):
     with pytest.raises(dist.DistError, match="CPU entries only"):
         dist.build_all(cuda_entry, tmp_path)
     assert not any(tmp_path.iterdir())
+
+
+def test_publish_writes_each_wheel_with_its_sha256_and_refuses_a_changed_one(built, tmp_path):
+    dist_dir = built["ort"]["path"].parent
+    written = dist.publish(dist_dir, tmp_path / "shipped", log=lambda m: None)
+    assert sorted(p.name for p in written) == sorted(r["wheel"] for r in (built["ort"], built["torch"]))
+    for wheel in written:
+        line = (wheel.parent / f"{wheel.name}.sha256").read_text()
+        # sha256sum -c reads this line: "<digest>  <file>"
+        assert line == f"{hashlib.sha256(wheel.read_bytes()).hexdigest()}  {wheel.name}\n", line
+
+    changed = tmp_path / "changed"
+    shutil.copytree(dist_dir, changed)
+    wheel = changed / built["ort"]["wheel"]
+    data = bytearray(wheel.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    wheel.write_bytes(data)
+    with pytest.raises(dist.DistError, match="does not match its sha256"):
+        dist.publish(changed, tmp_path / "refused", log=lambda m: None)
+    assert not (tmp_path / "refused").exists()
+    with pytest.raises(dist.DistError, match="holds no wheels built by"):
+        dist.recorded(tmp_path)
