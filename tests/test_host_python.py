@@ -3,6 +3,7 @@
 3.13 on the host (the container has no network: pip reads that wheelhouse only)."""
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
@@ -25,10 +26,12 @@ def trixie(daemon):
 
 @pytest.fixture(scope="module")
 def py313_wheels():
-    """nox, the tooling (the tests session adds compare.txt) and the cpu entry's pins, for CPython 3.13 on trixie's glibc."""
+    """nox, the tooling (the tests session adds compare.txt and wheels.txt) and the cpu entry's pins, for
+    CPython 3.13 on trixie's glibc."""
     target = wheels.Target("3.13", wheels.manylinux_tags(compat.BASE_OS["trixie"].glibc))
     specs = ["-r", str(REPO / "requirements" / "nox.txt"), "-r", str(REPO / "requirements" / "tools.txt"),
-             "-r", str(REPO / "requirements" / "compare.txt"), *matrix.pip_pins(matrix.entry("cpu"), models=True)]
+             "-r", str(REPO / "requirements" / "compare.txt"), "-r", str(REPO / "requirements" / "wheels.txt"),
+             *matrix.pip_pins(matrix.entry("cpu"), models=True)]
     HOUSE.mkdir(parents=True, exist_ok=True)
     wheels._run_pip(wheels.download_command(specs, HOUSE, target), dedicated=False, what="the host-py3.13 wheels",
                     log=lambda message: None)
@@ -70,3 +73,29 @@ def test_a_base_without_the_entry_python_says_what_to_do(trixie):
     good = subprocess.run([*run, bookworm, "-c", script, "ensure_python", "3.11", "build"], capture_output=True,
                           text=True, env=docker.daemon_env(None))
     assert good.returncode == 0 and "base image has python3.11, g++, make and cmake" in good.stdout, good.stderr
+
+
+def test_the_plugin_wheel_runs_every_artifact_on_python_3_13(trixie, py313_wheels, artifacts, tmp_path):
+    """The myops-ort wheel (py3-none: one file for every CPython 3) in a clean 3.13 venv holding only the
+    entry's onnxruntime and numpy for 3.13: every artifact against PyTorch's outputs, as on 3.11."""
+    from lab import dist
+
+    entry = matrix.entry("cpu")
+    built = dist.build_all("cpu", tmp_path / "dist", kinds=("ort",), log=lambda m: None)["ort"]
+    pins = [p for p in matrix.pip_pins(entry) if p.split("==")[0] in ("numpy", entry["onnxruntime"]["package"])]
+    script = ("set -e; python3 --version; python3 -m venv /tmp/v; /tmp/v/bin/pip install --quiet "
+              f"{' '.join(pins)} /dist/{built['wheel']}; cd /tmp && /tmp/v/bin/python -I /checks/plugin_layer2.py "
+              "/artifacts 1e-5")
+    cmd = ["docker", "run", "--rm", "--network", "none", "-v", f"{py313_wheels}:/wheels:ro",
+           "-v", f"{tmp_path / 'dist'}:/dist:ro", "-v", f"{artifacts}:/artifacts:ro",
+           "-v", f"{REPO / 'tests' / 'wheel_checks'}:/checks:ro", "-e", "PIP_NO_INDEX=1", "-e", "PIP_FIND_LINKS=/wheels",
+           trixie, "sh", "-c", script]
+    result = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=900,
+                            env=docker.daemon_env(None))
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out[-4000:]
+    assert "Python 3.13" in out, out[-2000:]
+    report = json.loads(result.stdout.splitlines()[-1])
+    manifest = json.loads((artifacts / "manifest.json").read_text())
+    assert len(report["checked"]) == len(manifest["models"]) > 0, report
+    assert "python3.13/site-packages/myops_ort/" in report["library"], report
