@@ -318,13 +318,18 @@ def wheels(session: nox.Session) -> None:
     parser = argparse.ArgumentParser(prog="nox -s wheels --", description=wheels.__doc__)
     parser.add_argument("entry", nargs="?", default=matrix.DEFAULT_ENTRY)
     parser.add_argument("--only", choices=["ort", "torch"], help="build one of the two")
+    parser.add_argument("--arch", default="amd64", help="the plugin wheel's architecture: amd64, or arm64 "
+                        "(cross-compiled with Debian's g++-aarch64-linux-gnu; with --only ort)")
     parser.add_argument("--out", type=Path, help="where the wheels go (default dist/ENTRY)")
     args = _parse(session, parser)
     entry = _entry(session, args.entry)
-    _install(session, entry)
+    if args.only == "ort":  # the plugin wheel needs no torch: the tooling alone
+        session.install("-r", str(TOOLS))
+    else:
+        _install(session, entry)
     session.install("-r", str(WHEEL_TOOLS))
-    session.run("python", "-m", "lab.dist", args.entry, *(["--only", args.only] if args.only else []),
-                *(["--out", str(args.out)] if args.out else []))
+    session.run("python", "-m", "lab.dist", args.entry, "--arch", args.arch,
+                *(["--only", args.only] if args.only else []), *(["--out", str(args.out)] if args.out else []))
 
 
 @nox.session

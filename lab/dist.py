@@ -25,13 +25,14 @@ import sys
 import zipfile
 from pathlib import Path
 
-from . import highway, matrix, ort_headers
+from . import highway, matrix, ort_headers, platforms
 from .files import shown, write_text_atomic
 
 REPO = Path(__file__).resolve().parent.parent
 STAGE_ROOT = REPO / "build" / "dist"
 VERSION = "0.1.0"
-PLUGIN_POLICY = "manylinux_2_28"
+# The plugin wheel's promise: manylinux_2_28 or older (its tag is the most compatible policy auditwheel finds).
+PLUGIN_GLIBC = (2, 28)
 # ops/ modules that drive the lab (they import lab/, ort_plugin/, infer/): not part of what users import.
 LAB_ONLY_MODULES = {"artifacts", "build", "check_archs", "doctor", "fuse"}
 
@@ -77,9 +78,9 @@ def _tool_env() -> dict:
     return env
 
 
-def _run(cmd: list[str], *, what: str, log, library_path: Path | None = None) -> str:
+def _run(cmd: list[str], *, what: str, log, library_path: Path | None = None, env: dict | None = None) -> str:
     log(f"[dist] {what}: " + " ".join(cmd))
-    env = _tool_env()
+    env = {**_tool_env(), **(env or {})}
     if library_path:  # where auditwheel finds the libraries it is told to leave out
         env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [str(library_path), env.get("LD_LIBRARY_PATH")]))
     # umask 022: the files a backend writes get the same modes in every checkout (a wheel records them)
@@ -90,10 +91,10 @@ def _run(cmd: list[str], *, what: str, log, library_path: Path | None = None) ->
     return done.stdout + done.stderr
 
 
-def _pip_wheel(stage: Path, into: Path, settings: list[str], *, what: str, log) -> Path:
+def _pip_wheel(stage: Path, into: Path, settings: list[str], *, what: str, log, env: dict | None = None) -> Path:
     _fresh(into)
     _run([sys.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "--wheel-dir", str(into),
-          *[f"--config-settings={s}" for s in settings], str(stage)], what=what, log=log)
+          *[f"--config-settings={s}" for s in settings], str(stage)], what=what, log=log, env=env)
     built = sorted(into.glob("*.whl"))
     if len(built) != 1:
         raise DistError(f"{what}: expected one wheel in {into}, found {[p.name for p in built]}")
@@ -101,8 +102,15 @@ def _pip_wheel(stage: Path, into: Path, settings: list[str], *, what: str, log) 
 
 
 def _arch() -> str:
+    """This machine's architecture as wheel tags name it."""
     machine = platform.machine()
     return {"arm64": "aarch64", "amd64": "x86_64"}.get(machine.lower(), machine)
+
+
+def _glibc(policy: str | None) -> tuple[int, int]:
+    """(2, 28) of manylinux_2_28_x86_64; anything else (linux_x86_64: no manylinux policy) sorts last."""
+    match = re.match(r"manylinux_(\d+)_(\d+)_", policy or "")
+    return (int(match[1]), int(match[2])) if match else (99, 99)
 
 
 def _needed_per_library(wheel: Path) -> dict[str, list[str]]:
@@ -114,11 +122,11 @@ def _needed_per_library(wheel: Path) -> dict[str, list[str]]:
 
 def _repair(raw: Path, out: Path, *, plat: str | None, exclude: list[str], library_path: Path | None = None,
             log) -> dict:
-    """auditwheel repair (tags; grafts nothing here, which is checked) and show (the policy it meets)."""
+    """auditwheel repair (tags; grafts nothing here, which is checked) and show (the policy it meets).
+    plat None: the most compatible policy auditwheel finds (it reads another architecture's wheel too)."""
     work = _fresh(raw.parent / "repaired")
-    cmd = [sys.executable, "-m", "auditwheel", "repair", "--wheel-dir", str(work), "--only-plat"]
-    if plat:
-        cmd += ["--plat", plat]
+    cmd = [sys.executable, "-m", "auditwheel", "repair", "--wheel-dir", str(work), "--only-plat",
+           "--plat", plat or "auto"]
     for name in exclude:
         cmd += ["--exclude", name]
     _run(cmd + [str(raw)], what=f"auditwheel repair {raw.name}", log=log, library_path=library_path)
@@ -144,8 +152,8 @@ def _repair(raw: Path, out: Path, *, plat: str | None, exclude: list[str], libra
             "provided_at_run_time": exclude}
 
 
-def _plugin_stage(entry: dict, headers: ort_headers.Headers) -> Path:
-    stage = _fresh(STAGE_ROOT / entry["id"] / "myops_ort")
+def _plugin_stage(entry: dict, headers: ort_headers.Headers, plat: platforms.Platform) -> Path:
+    stage = _fresh(STAGE_ROOT / entry["id"] / f"myops_ort-{plat.machine}")
     _copy_tree(REPO / "wheels" / "myops_ort", stage, python_only=False)
     plugin = stage / "ort_plugin"
     plugin.mkdir()
@@ -155,24 +163,45 @@ def _plugin_stage(entry: dict, headers: ort_headers.Headers) -> Path:
     _copy_tree(REPO / "kernels", stage / "kernels")
     _copy_tree(REPO / "opspec", stage / "myops_ort" / "opspec", python_only=True)
     build = {"version": VERSION, "entry": entry["id"], "ort_headers": headers.version,
-             "ort_api_version": headers.api_version, "cuda": False}
+             "ort_api_version": headers.api_version, "cuda": False, "machine": plat.machine}
     write_text_atomic(stage / "myops_ort" / "build.json", json.dumps(build, indent=2, sort_keys=True) + "\n")
     _normalise_modes(stage)
     return stage
 
 
-def plugin_wheel(entry: dict, out: Path, *, log=print) -> dict:
-    """The CPU plugin wheel of an entry into `out`; returns its record."""
+def _cross_compiler(plat: platforms.Platform) -> dict:
+    """CMake definitions that cross-compile for plat with Debian's <triplet>-g++ (what the arm64 infer
+    image's plugin stage uses), or {} for this machine's own architecture."""
+    if plat.machine == _arch():
+        return {}
+    compiler = shutil.which(f"{plat.triplet}-g++")
+    if compiler is None:
+        raise DistError(f"the {plat.machine} wheel is cross-compiled with {plat.triplet}-g++, which is not installed: "
+                        f"apt-get install g++-{plat.triplet}")
+    return {"CMAKE_SYSTEM_NAME": "Linux", "CMAKE_SYSTEM_PROCESSOR": plat.machine, "CMAKE_CXX_COMPILER": compiler}
+
+
+def plugin_wheel(entry: dict, out: Path, *, plat: platforms.Platform = platforms.PRIMARY, log=print) -> dict:
+    """The CPU plugin wheel of an entry for plat (cross-compiled where it is not this machine's) into `out`."""
     headers = ort_headers.resolve(pin=ort_headers.pin_from_matrix(entry["id"]), log=log)
-    stage = _plugin_stage(entry, headers)
-    defines = {"ORT_INCLUDE_DIR": headers.include_dir, "MYOPS_CUDA": "OFF"}
+    stage = _plugin_stage(entry, headers, plat)
+    defines = {"ORT_INCLUDE_DIR": headers.include_dir, "MYOPS_CUDA": "OFF", **_cross_compiler(plat)}
     for path in highway.include_dirs(REPO, log=log):
         defines["HWY_INCLUDE_DIR"] = path
     settings = [f"cmake.define.{key}={value}" for key, value in defines.items()]
-    settings.append(f"build-dir={STAGE_ROOT / entry['id'] / 'myops_ort-build'}")
-    raw = _pip_wheel(stage, STAGE_ROOT / entry["id"] / "myops_ort-raw", settings, what="build the myops-ort wheel",
-                     log=log)
-    return _repair(raw, out, plat=f"{PLUGIN_POLICY}_{_arch()}", exclude=[], log=log)
+    # a new build folder every time: a CMake cache keeps its compiler, and the plugin builds in seconds
+    settings.append(f"build-dir={_fresh(STAGE_ROOT / entry['id'] / f'myops_ort-{plat.machine}-build')}")
+    raw = _pip_wheel(stage, STAGE_ROOT / entry["id"] / f"myops_ort-{plat.machine}-raw", settings,
+                     what=f"build the myops-ort wheel for {plat.machine}", log=log,
+                     # the wheel's platform tag (scikit-build-core reads it, as setuptools does)
+                     env={"_PYTHON_HOST_PLATFORM": f"linux-{plat.machine}"})
+    record = _repair(raw, out, plat=None, exclude=[], log=log)
+    if _glibc(record["policy"]) > PLUGIN_GLIBC:
+        (out / record["wheel"]).unlink()
+        raise DistError(f"the plugin's symbol versions need {record['policy']}, newer than manylinux_2_28, which the "
+                        "wheel promises: it was compiled against a newer glibc or libstdc++ than Debian bookworm's "
+                        "(the lab's build base); build it there")
+    return record
 
 
 def _torch_stage(entry: dict) -> Path:
@@ -224,13 +253,24 @@ def torch_wheel(entry: dict, out: Path, *, log=print) -> dict:
     return _repair(raw, out, plat=None, exclude=provided, library_path=torch_lib, log=log)
 
 
-def build_all(entry_id: str, out: Path, *, kinds=("ort", "torch"), log=print) -> dict:
+def build_all(entry_id: str, out: Path, *, kinds=("ort", "torch"), plat: platforms.Platform = platforms.PRIMARY,
+              log=print) -> dict:
+    """Build the wheels of `kinds` into `out` and record them in out/wheels.json (keyed "ort", "torch", and
+    "ort-aarch64" for another architecture's plugin)."""
     entry = matrix.entry(entry_id)
     if entry["device"] != "cpu":
         raise DistError(f"{entry_id}: wheels for CUDA entries are not built yet (CPU entries only)")
+    if plat != platforms.PRIMARY and "torch" in kinds:
+        raise DistError(f"the extension wheel is built for {platforms.PRIMARY.machine} only (the train image's "
+                        f"architecture): use --only ort for the {plat.machine} plugin wheel")
     out = Path(out)
-    builders = {"ort": plugin_wheel, "torch": torch_wheel}
-    records = {kind: builders[kind](entry, out, log=log) for kind in kinds}
+    suffix = "" if plat == platforms.PRIMARY else f"-{plat.machine}"
+    records = {}
+    for kind in kinds:
+        if kind == "ort":
+            records[kind + suffix] = plugin_wheel(entry, out, plat=plat, log=log)
+        else:
+            records[kind] = torch_wheel(entry, out, log=log)
     index = out / "wheels.json"
     previous = json.loads(index.read_text()) if index.exists() else {}
     previous.update(records)
@@ -278,11 +318,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("entry", nargs="?", default=matrix.DEFAULT_ENTRY)
     parser.add_argument("--out", type=Path, default=None, help="where the wheels go (default dist/ENTRY)")
     parser.add_argument("--only", choices=["ort", "torch"], default=None, help="build one of the two wheels")
+    parser.add_argument("--arch", default=platforms.PRIMARY.docker,
+                        help="the plugin wheel's architecture: amd64 or arm64 (cross-compiled; with --only ort)")
     args = parser.parse_args(argv)
     out = args.out or REPO / "dist" / args.entry
     try:
-        build_all(args.entry, out, kinds=(args.only,) if args.only else ("ort", "torch"))
-    except (DistError, ort_headers.HeadersNotFound) as exc:
+        build_all(args.entry, out, kinds=(args.only,) if args.only else ("ort", "torch"), plat=platforms.get(args.arch))
+    except (DistError, ort_headers.HeadersNotFound, platforms.PlatformError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     return 0

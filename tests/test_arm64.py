@@ -167,3 +167,31 @@ def test_fanout_refuses_what_it_cannot_run(tmp_path):
         fanout.run(["local"], [], results=tmp_path)
     with pytest.raises(ValueError, match="given twice"):
         fanout.run(["docker", "docker"], [], results=tmp_path)
+
+
+def test_the_aarch64_plugin_wheel_runs_every_artifact_under_emulation(arm64_images, artifacts, tmp_path):
+    """`nox -s wheels -- cpu --only ort --arch arm64`: the plugin cross-compiled into a manylinux aarch64
+    wheel, installed in a clean venv of an arm64 container (qemu-user) with the entry's aarch64 onnxruntime
+    and numpy, and every artifact run against PyTorch's x86-64 outputs (layer 3's tolerance)."""
+    from lab import dist, wheels
+
+    entry = matrix.entry("cpu")
+    built = dist.build_all("cpu", tmp_path / "dist", kinds=("ort",), plat=ARM64, log=lambda m: None)
+    record = built["ort-aarch64"]
+    assert record["policy"].endswith("_aarch64") and record["wheel"].endswith(f"-py3-none-{record['policy']}.whl")
+    assert tuple(map(int, record["policy"].split("_")[1:3])) <= dist.PLUGIN_GLIBC, record
+    pins = [p for p in matrix.pip_pins(entry) if p.split("==")[0] in ("numpy", entry["onnxruntime"]["package"])]
+    script = (f"python{entry['python']} -m venv /tmp/v && /tmp/v/bin/pip install --quiet --no-index --find-links "
+              f"/wheels {' '.join(pins)} /dist/{record['wheel']} && cd /tmp && /tmp/v/bin/python -c "
+              "'import platform; print(platform.machine())' && /tmp/v/bin/python -I /checks/plugin_layer2.py /artifacts 1e-5")
+    house = wheels.wheelhouse_dir(entry, ARM64)
+    result = docker._docker("run", "--rm", "--network", "none", "--entrypoint", "sh", "-v", f"{house}:/wheels:ro",
+                            "-v", f"{tmp_path / 'dist'}:/dist:ro", "-v", f"{artifacts}:/artifacts:ro",
+                            "-v", f"{Path(__file__).parent / 'wheel_checks'}:/checks:ro",
+                            arm64_images["infer-arm64"], "-c", script, timeout=1800, check=False)
+    out, err = result.stdout.decode(), result.stderr.decode()
+    assert result.returncode == 0, (out + err)[-3000:]
+    assert out.splitlines()[0] == "aarch64", out[-2000:]
+    report = json.loads(out.splitlines()[-1])
+    manifest = json.loads((artifacts / "manifest.json").read_text())
+    assert len(report["checked"]) == len(manifest["models"]) > 0, report
