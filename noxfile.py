@@ -59,9 +59,8 @@ def _install(session: nox.Session, entry: dict, *, models: bool = False) -> None
     session.log(f"installing matrix entry '{entry['id']}' on this host's Python {sys.version.split()[0]} "
                 f"(its images use {entry['python']}): {', '.join(pins)}")
     if entry["torch"]["index"]:
-        torch_pin = next(p for p in pins if p.startswith("torch=="))
-        pins.remove(torch_pin)
-        _install_torch(session, entry, torch_pin)
+        pins.remove(next(p for p in pins if p.startswith("torch==")))
+        _install_torch(session, entry)
     session.install(*pins, "-r", str(TOOLS))
     session.env["MYOPS_MATRIX_ENTRY"] = entry["id"]
     # A CPU entry builds CPU kernels only, also where pip's torch is a CUDA build and nvcc is absent.
@@ -69,36 +68,14 @@ def _install(session: nox.Session, entry: dict, *, models: bool = False) -> None
     session.run("python", "-m", "lab.provenance")
 
 
-def _install_torch(session: nox.Session, entry: dict, pin: str) -> None:
-    """torch from the entry's own index (the cpu entry: PyTorch's CPU builds; PyPI has CUDA builds only),
-    asked alone. Where that index cannot be reached, pip's own configuration is asked for the same build
-    (the lock's version, local label included), and only then for the plain version, said loudly."""
-    import subprocess
-
+def _install_torch(session: nox.Session, entry: dict) -> None:
+    """torch from the entry's own index, else the same build from pip's configuration (lab.wheels.install_torch)."""
     from lab import wheels
 
-    index = entry["torch"]["index"]
-    locked = wheels.locked_version(entry, "train", "torch")
-    if locked is None:
-        session.warn(f"docker/locks/{entry['id']}-train.txt is missing: torch's exact build (local label) is not "
-                     f"known; asking for {pin} (make the lock with `nox -s lock -- {entry['id']}`)")
-    exact = f"torch=={locked or pin.split('==', 1)[1]}"
-    python = str(Path(session.bin) / "python")
-    attempts = ((f"{exact} from {index} alone", ["--index-url", index, exact], True),
-                (f"{exact} from pip's own configuration", [exact], False))
-    for what, args, dedicated in attempts:
-        session.log(f"installing {what}")
-        done = subprocess.run([python, "-m", "pip", "install", "--quiet", *args], capture_output=True, text=True,
-                              env=wheels.pip_env(dedicated))
-        if done.returncode == 0:
-            return
-        reason = "the index cannot be reached from here" if wheels.unreachable(done.stderr) else \
-            next((line for line in reversed(done.stderr.splitlines()) if line.startswith("ERROR")), "failed")
-        session.warn(f"{what}: {reason}")
-    session.warn(f"neither {index} nor pip's configuration serves {exact} for this Python: installing {pin} from "
-                 "pip's configuration, which on PyPI is a CUDA build of a few GB (the extension is still built for "
-                 "the CPU only); to avoid it, reach that index or put the CPU build's wheel in a PIP_FIND_LINKS folder")
-    session.install(pin)
+    try:
+        wheels.install_torch(str(Path(session.bin) / "python"), entry, log=session.log, warn=session.warn)
+    except wheels.WheelError as exc:
+        session.error(str(exc))
 
 
 def _build(session: nox.Session, *, cuda: str = "AUTO") -> None:
@@ -235,7 +212,7 @@ def publish(session: nox.Session) -> None:
         session.error("--wheels goes with --archive DIR (the wheels are written beside the images' archive)")
     try:
         if args.wheels:
-            dist.recorded(args.wheels)  # checked before anything is written
+            dist.recorded(args.wheels, args.entry)  # checked before anything is written
         docker.require_daemon()
         entry = matrix.entry(args.entry)
         tags = docker.image_tags(entry)
@@ -261,7 +238,7 @@ def publish(session: nox.Session) -> None:
             archive = docker.save_archive(wanted, args.archive, f"{args.entry}-images", log=session.log)
             session.log(f"wrote {archive} (+ .sha256); on the host: gunzip -c {archive.name} | docker load")
             if args.wheels:
-                for wheel in dist.publish(args.wheels, args.archive, log=session.log):
+                for wheel in dist.publish(args.wheels, args.archive, entry_id=args.entry, log=session.log):
                     session.log(f"on the host: pip install {wheel.name}")
     except (matrix.MatrixError, docker.DockerError, dist.DistError) as exc:
         session.error(str(exc))

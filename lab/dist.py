@@ -29,6 +29,7 @@ from . import highway, matrix, ort_headers, platforms
 from .files import shown, write_text_atomic
 
 REPO = Path(__file__).resolve().parent.parent
+WHEEL_TOOLS = REPO / "requirements" / "wheels.txt"
 STAGE_ROOT = REPO / "build" / "dist"
 VERSION = "0.1.0"
 # The plugin wheel's promise: manylinux_2_28 or older (its tag is the most compatible policy auditwheel finds).
@@ -78,7 +79,8 @@ def _tool_env() -> dict:
     return env
 
 
-def _run(cmd: list[str], *, what: str, log, library_path: Path | None = None, env: dict | None = None) -> str:
+def _run(cmd: list[str], *, what: str, log, library_path: Path | None = None, env: dict | None = None,
+         stdout_only: bool = False) -> str:
     log(f"[dist] {what}: " + " ".join(cmd))
     env = {**_tool_env(), **(env or {})}
     if library_path:  # where auditwheel finds the libraries it is told to leave out
@@ -88,7 +90,7 @@ def _run(cmd: list[str], *, what: str, log, library_path: Path | None = None, en
     if done.returncode != 0:
         tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-30:])
         raise DistError(f"{what} failed ({done.returncode}):\n{tail}")
-    return done.stdout + done.stderr
+    return done.stdout if stdout_only else done.stdout + done.stderr
 
 
 def _pip_wheel(stage: Path, into: Path, settings: list[str], *, what: str, log, env: dict | None = None) -> Path:
@@ -120,9 +122,9 @@ def _needed_per_library(wheel: Path) -> dict[str, list[str]]:
         return {name: elf_needed(archive.read(name)) for name in archive.namelist() if name.endswith(".so")}
 
 
-def _repair(raw: Path, out: Path, *, plat: str | None, exclude: list[str], library_path: Path | None = None,
-            log) -> dict:
-    """auditwheel repair (tags; grafts nothing here, which is checked) and show (the policy it meets).
+def _repair(raw: Path, *, plat: str | None, exclude: list[str], library_path: Path | None = None, log) -> dict:
+    """auditwheel repair (tags; grafts nothing here, which is checked) and show (the policy it meets);
+    the repaired wheel stays in the build folder ("path") until build_all moves every wheel at once.
     plat None: the most compatible policy auditwheel finds (it reads another architecture's wheel too)."""
     work = _fresh(raw.parent / "repaired")
     cmd = [sys.executable, "-m", "auditwheel", "repair", "--wheel-dir", str(work), "--only-plat",
@@ -139,16 +141,17 @@ def _repair(raw: Path, out: Path, *, plat: str | None, exclude: list[str], libra
     if grafted:
         raise DistError(f"{wheel.name}: auditwheel had to copy libraries into the wheel ({', '.join(grafted)}): "
                         "the library links something outside the manylinux policy; link it statically or drop it")
-    shown_text = _run([sys.executable, "-m", "auditwheel", "show", str(wheel)], what=f"auditwheel show {wheel.name}",
-                      log=log, library_path=library_path)
-    # the tag its symbol versions allow ("constrains the platform tag to"), else the one it is consistent with
-    policies = re.findall(r'constrains the platform tag to\s*"([^"]+)"', shown_text) or \
-        re.findall(r'platform tag:\s*"([^"]+)"', shown_text)
-    out.mkdir(parents=True, exist_ok=True)
-    final = out / wheel.name
-    os.replace(wheel, final)
-    return {"wheel": final.name, "sha256": hashlib.sha256(final.read_bytes()).hexdigest(),
-            "policy": policies[0] if policies else None, "needs": _needed_per_library(final),
+    shown_json = _run([sys.executable, "-m", "auditwheel", "show", "--json", str(wheel)],
+                      what=f"auditwheel show {wheel.name}", log=log, library_path=library_path, stdout_only=True)
+    try:
+        # sym_tag: what its symbol versions allow; overall_tag: with the libraries it needs (torch's: none)
+        report = json.loads(shown_json)
+        policy, overall = report["sym_tag"], report["overall_tag"]
+    except (ValueError, KeyError) as exc:
+        raise DistError(f"auditwheel show --json {wheel.name} gave no policy ({exc}): is auditwheel the version "
+                        "requirements/wheels.txt pins?") from exc
+    return {"wheel": wheel.name, "path": wheel, "sha256": hashlib.sha256(wheel.read_bytes()).hexdigest(),
+            "policy": policy, "overall_policy": overall, "needs": _needed_per_library(wheel),
             "provided_at_run_time": exclude}
 
 
@@ -181,8 +184,8 @@ def _cross_compiler(plat: platforms.Platform) -> dict:
     return {"CMAKE_SYSTEM_NAME": "Linux", "CMAKE_SYSTEM_PROCESSOR": plat.machine, "CMAKE_CXX_COMPILER": compiler}
 
 
-def plugin_wheel(entry: dict, out: Path, *, plat: platforms.Platform = platforms.PRIMARY, log=print) -> dict:
-    """The CPU plugin wheel of an entry for plat (cross-compiled where it is not this machine's) into `out`."""
+def plugin_wheel(entry: dict, *, plat: platforms.Platform = platforms.PRIMARY, log=print) -> dict:
+    """The CPU plugin wheel of an entry for plat (cross-compiled where it is not this machine's), checked."""
     headers = ort_headers.resolve(pin=ort_headers.pin_from_matrix(entry["id"]), log=log)
     stage = _plugin_stage(entry, headers, plat)
     defines = {"ORT_INCLUDE_DIR": headers.include_dir, "MYOPS_CUDA": "OFF", **_cross_compiler(plat)}
@@ -195,16 +198,15 @@ def plugin_wheel(entry: dict, out: Path, *, plat: platforms.Platform = platforms
                      what=f"build the myops-ort wheel for {plat.machine}", log=log,
                      # the wheel's platform tag (scikit-build-core reads it, as setuptools does)
                      env={"_PYTHON_HOST_PLATFORM": f"linux-{plat.machine}"})
-    record = _repair(raw, out, plat=None, exclude=[], log=log)
+    record = _repair(raw, plat=None, exclude=[], log=log)
     if _glibc(record["policy"]) > PLUGIN_GLIBC:
-        (out / record["wheel"]).unlink()
         raise DistError(f"the plugin's symbol versions need {record['policy']}, newer than manylinux_2_28, which the "
                         "wheel promises: it was compiled against a newer glibc or libstdc++ than Debian bookworm's "
                         "(the lab's build base); build it there")
     return record
 
 
-def _torch_stage(entry: dict) -> Path:
+def _torch_stage(entry: dict, log) -> Path:
     stage = _fresh(STAGE_ROOT / entry["id"] / "myops_torch")
     _copy_tree(REPO / "wheels" / "myops_torch", stage)
     package = stage / "myops_torch"
@@ -214,65 +216,103 @@ def _torch_stage(entry: dict) -> Path:
         if module.stem in LAB_ONLY_MODULES:
             continue
         # Vendored inside myops_torch (as pip vendors its dependencies): the catalogue is myops_torch.opspec.
-        text = re.sub(r"^(\s*)from opspec import ", r"\1from ..opspec import ", module.read_text(), flags=re.M)
-        (package / "ops" / module.name).write_text(text)
+        text = re.sub(r"^(\s*)from opspec import ", r"\1from ..opspec import ",
+                      module.read_text(encoding="utf-8"), flags=re.M)
+        other = re.search(r"^\s*(import opspec\b|from opspec\.)", text, flags=re.M)
+        if other:
+            raise DistError(f"ops/{module.name}: `{other[1].strip()}...` cannot be vendored into the wheel; write "
+                            "`from opspec import NAME`, as the other ops do")
+        (package / "ops" / module.name).write_text(text, encoding="utf-8")
     # the extension's sources as ops/build.py finds them: ops/csrc/*.cpp (CPU), the kernels they include
     _copy_tree(REPO / "ops" / "csrc", stage / "csrc")
     _copy_tree(REPO / "kernels", stage / "kernels")
     config = {"version": VERSION, "entry": entry["id"],
-              "include_dirs": ["kernels", *map(str, highway.include_dirs(REPO, log=lambda m: None))]}
+              "include_dirs": ["kernels", *map(str, highway.include_dirs(REPO, log=log))]}
     write_text_atomic(stage / "build_config.json", json.dumps(config, indent=2, sort_keys=True) + "\n")
     _normalise_modes(stage)
     return stage
 
 
-def _torch_of(python: str) -> dict:
+def _torch_of(python: str, entry: dict) -> dict:
     """The release and library folder of the torch that `python` imports (asked in a child: lab stays torch-free)."""
     done = subprocess.run([python, "-c", "import json, os, torch; print(json.dumps({'release': "
                            "torch.__version__.split('+')[0], 'lib': os.path.join(os.path.dirname(torch.__file__), "
                            "'lib')}))"], capture_output=True, text=True)
     if done.returncode != 0:
         raise DistError(f"{python} cannot import torch, which the myops-torch wheel is built against: "
-                        "run `nox -s wheels -- ENTRY`, which installs the entry's torch")
+                        f"run `nox -s wheels -- {entry['id']}`, which installs the entry's torch")
     return json.loads(done.stdout)
 
 
-def torch_wheel(entry: dict, out: Path, *, log=print) -> dict:
-    """The extension wheel for the running interpreter's torch (the entry's pin) into `out`."""
-    found = _torch_of(sys.executable)
+def torch_wheel(entry: dict, *, log=print) -> dict:
+    """The extension wheel for the running interpreter's torch (the entry's pin), checked."""
+    found = _torch_of(sys.executable, entry)
     if found["release"] != entry["torch"]["version"].split("+")[0]:
         raise DistError(f"this interpreter has torch {found['release']}; the entry {entry['id']!r} pins "
                         f"{entry['torch']['version']}: run `nox -s wheels -- {entry['id']}`, which installs it")
-    stage = _torch_stage(entry)
+    stage = _torch_stage(entry, log)
     raw = _pip_wheel(stage, STAGE_ROOT / entry["id"] / "myops_torch-raw", [], what="build the myops-torch wheel",
                      log=log)
     # torch's own libraries (and the OpenMP runtime it ships) are the extension's run-time dependencies
     torch_lib = Path(found["lib"])
     needs = sorted({n for libs in _needed_per_library(raw).values() for n in libs})
     provided = [n for n in needs if (torch_lib / n).exists()]
-    return _repair(raw, out, plat=None, exclude=provided, library_path=torch_lib, log=log)
+    return _repair(raw, plat=None, exclude=provided, library_path=torch_lib, log=log)
+
+
+def build_tools_problem() -> str | None:
+    """Why the build tools are not the ones requirements/wheels.txt pins (pip builds without isolation,
+    so it neither installs nor checks them, and another version makes other bytes); None: they are."""
+    from importlib import metadata
+
+    wrong = []
+    for line in WHEEL_TOOLS.read_text().splitlines():
+        if "==" in line and not line.lstrip().startswith("#"):
+            name, version = line.split("#")[0].strip().split("==")
+            try:
+                have = metadata.version(name)
+            except metadata.PackageNotFoundError:
+                have = None
+            if have != version:
+                wrong.append(f"{name} {have or 'missing'} (pinned {version})")
+    if shutil.which("cmake") is None:
+        wrong.append("cmake missing")
+    if wrong:
+        return (f"the wheel build tools are not as pinned: {', '.join(wrong)}: pip install -r "
+                f"{shown(WHEEL_TOOLS)} (nox -s wheels does), and install cmake")
+    return None
 
 
 def build_all(entry_id: str, out: Path, *, kinds=("ort", "torch"), plat: platforms.Platform = platforms.PRIMARY,
               log=print) -> dict:
-    """Build the wheels of `kinds` into `out` and record them in out/wheels.json (keyed "ort", "torch", and
-    "ort-aarch64" for another architecture's plugin)."""
+    """Build the wheels of `kinds`, then move them into `out` at once and record them in out/wheels.json
+    (keyed "ort", "torch", and "ort-aarch64" for another architecture's plugin); a wheel a record used to
+    name is removed, so `pip install out/myops_ort-*.whl` finds one file. Nothing in `out` changes when a
+    build fails."""
     entry = matrix.entry(entry_id)
     if entry["device"] != "cpu":
         raise DistError(f"{entry_id}: wheels for CUDA entries are not built yet (CPU entries only)")
     if plat != platforms.PRIMARY and "torch" in kinds:
         raise DistError(f"the extension wheel is built for {platforms.PRIMARY.machine} only (the train image's "
                         f"architecture): use --only ort for the {plat.machine} plugin wheel")
+    problem = build_tools_problem()
+    if problem:
+        raise DistError(problem)
     out = Path(out)
     suffix = "" if plat == platforms.PRIMARY else f"-{plat.machine}"
     records = {}
     for kind in kinds:
-        if kind == "ort":
-            records[kind + suffix] = plugin_wheel(entry, out, plat=plat, log=log)
-        else:
-            records[kind] = torch_wheel(entry, out, log=log)
+        key = kind + suffix if kind == "ort" else kind
+        records[key] = plugin_wheel(entry, plat=plat, log=log) if kind == "ort" else torch_wheel(entry, log=log)
+        records[key]["entry"] = entry_id
+    out.mkdir(parents=True, exist_ok=True)
     index = out / "wheels.json"
     previous = json.loads(index.read_text()) if index.exists() else {}
+    for key, record in records.items():
+        os.replace(record.pop("path"), out / record["wheel"])
+        replaced = previous.get(key, {}).get("wheel")
+        if replaced and replaced != record["wheel"]:
+            (out / replaced).unlink(missing_ok=True)
     previous.update(records)
     write_text_atomic(index, json.dumps(previous, indent=2, sort_keys=True) + "\n")
     for record in records.values():
@@ -280,15 +320,18 @@ def build_all(entry_id: str, out: Path, *, kinds=("ort", "torch"), plat: platfor
     return records
 
 
-def recorded(dist_dir: Path) -> list[dict]:
-    """The wheels dist_dir/wheels.json records, each checked against its sha256: a wheel changed or added by
-    hand is refused."""
+def recorded(dist_dir: Path, entry_id: str | None = None) -> list[dict]:
+    """The wheels dist_dir/wheels.json records, each checked against its sha256 (a wheel changed or added by
+    hand is refused) and, given entry_id, against the entry it was built for."""
     index = Path(dist_dir) / "wheels.json"
     if not index.exists():
         raise DistError(f"{shown(index)} is missing: {shown(Path(dist_dir))} holds no wheels built by "
                         "`nox -s wheels -- ENTRY`")
     records = list(json.loads(index.read_text()).values())
     for record in records:
+        if entry_id and record.get("entry") != entry_id:
+            raise DistError(f"{record['wheel']} in {shown(Path(dist_dir))} was built for the entry {record.get('entry')!r}, "
+                            f"not {entry_id!r}: point --wheels at dist/{entry_id}")
         wheel = Path(dist_dir) / record["wheel"]
         if not wheel.exists():
             raise DistError(f"{shown(wheel)} is missing (recorded in {shown(index)}): build the wheels again")
@@ -297,9 +340,9 @@ def recorded(dist_dir: Path) -> list[dict]:
     return records
 
 
-def publish(dist_dir: Path, dest: Path, *, log=print) -> list[Path]:
+def publish(dist_dir: Path, dest: Path, *, entry_id: str | None = None, log=print) -> list[Path]:
     """Copy the recorded wheels of dist_dir into dest, each with its .sha256 (sha256sum's format)."""
-    records = recorded(dist_dir)
+    records = recorded(dist_dir, entry_id)
     dest.mkdir(parents=True, exist_ok=True)
     written = []
     for record in records:
@@ -324,7 +367,8 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or REPO / "dist" / args.entry
     try:
         build_all(args.entry, out, kinds=(args.only,) if args.only else ("ort", "torch"), plat=platforms.get(args.arch))
-    except (DistError, ort_headers.HeadersNotFound, platforms.PlatformError) as exc:
+    except (DistError, ort_headers.HeadersNotFound, platforms.PlatformError, matrix.MatrixError,
+            highway.HighwayNotFound) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     return 0

@@ -152,6 +152,40 @@ def pip_env(dedicated: bool) -> dict:
     return env
 
 
+def install_torch(python: str, entry: dict, *, log=print, warn=print) -> str:
+    """Install the entry's torch into the interpreter `python`: from the entry's own index alone (the cpu
+    entry: PyTorch's CPU builds; PyPI has CUDA builds only), then, where that index cannot be reached,
+    the same build (the lock's version, local label included) from pip's own configuration, and only
+    then the plain version, said loudly. Returns the requirement installed."""
+    index = entry["torch"]["index"]
+    pin = f"torch=={entry['torch']['version']}"
+    locked = locked_version(entry, "train", "torch")
+    if locked is None:
+        warn(f"docker/locks/{entry['id']}-train.txt is missing: torch's exact build (local label) is not known; "
+             f"asking for {pin} (make the lock with `nox -s lock -- {entry['id']}`)")
+    exact = f"torch=={locked or entry['torch']['version']}"
+    attempts = [(f"{exact} from pip's own configuration", [exact], False)]
+    if index:
+        attempts.insert(0, (f"{exact} from {index} alone", ["--index-url", index, exact], True))
+    for what, args, dedicated in attempts:
+        log(f"installing {what}")
+        done = subprocess.run([python, "-m", "pip", "install", "--quiet", *args], capture_output=True, text=True,
+                              env=pip_env(dedicated))
+        if done.returncode == 0:
+            return exact
+        reason = "the index cannot be reached from here" if unreachable(done.stderr) else \
+            next((line for line in reversed(done.stderr.splitlines()) if line.startswith("ERROR")), "failed")
+        warn(f"{what}: {reason}")
+    warn(f"neither {index} nor pip's configuration serves {exact} for this Python: installing {pin} from "
+         "pip's configuration, which on PyPI is a CUDA build of a few GB (the extension is still built for "
+         "the CPU only); to avoid it, reach that index or put the CPU build's wheel in a PIP_FIND_LINKS folder")
+    done = subprocess.run([python, "-m", "pip", "install", "--quiet", pin], capture_output=True, text=True,
+                          env=pip_env(False))
+    if done.returncode != 0:
+        raise PipFailed(f"pip could not install {pin}: {done.stderr.strip().splitlines()[-1:]}")
+    return pin
+
+
 def download_command(specs: list[str], dest: Path, tgt: Target, *, index: str | None = None,
                      find_links: Path | None = None, extra: list[str] | None = None) -> list[str]:
     """The exact `pip download` a resolution runs (tests check it for indexes unreachable here)."""

@@ -34,8 +34,29 @@ def built(tmp_path_factory) -> dict:
     return {kind: {**record, "path": out / record["wheel"]} for kind, record in records.items()}
 
 
+def test_a_rebuild_replaces_the_recorded_wheel_and_bad_tools_change_nothing(tmp_path, monkeypatch):
+    out = tmp_path / "dist"
+    out.mkdir()
+    old = out / "myops_ort-0.0.9-py3-none-manylinux_2_17_x86_64.whl"
+    old.write_bytes(b"an earlier build")
+    (out / "wheels.json").write_text(json.dumps({"ort": {"wheel": old.name, "entry": "cpu", "sha256": "0"}}))
+    record = dist.build_all(ENTRY["id"], out, kinds=("ort",), log=lambda m: None)["ort"]
+    # one plugin wheel left, so `pip install dist/cpu/myops_ort-*.whl` names one file
+    assert sorted(p.name for p in out.glob("myops_ort-*.whl")) == [record["wheel"]], list(out.iterdir())
+    assert json.loads((out / "wheels.json").read_text())["ort"]["sha256"] == record["sha256"]
+
+    pins = tmp_path / "wheels.txt"
+    pins.write_text("scikit-build-core==0.0.1\n")
+    monkeypatch.setattr(dist, "WHEEL_TOOLS", pins)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    with pytest.raises(dist.DistError, match=r"scikit-build-core 1\.1\.2 \(pinned 0\.0\.1\).*pip install -r"):
+        dist.build_all(ENTRY["id"], out, kinds=("ort",), log=lambda m: None)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
 def _venv(where: Path, *packages: str) -> Path:
-    subprocess.run([sys.executable, "-m", "venv", str(where)], check=True)
+    if not (where / "bin" / "python").exists():
+        subprocess.run([sys.executable, "-m", "venv", str(where)], check=True)
     python = where / "bin" / "python"
     done = subprocess.run([str(python), "-m", "pip", "install", "--quiet", *packages], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -57,6 +78,7 @@ def test_plugin_wheel_is_manylinux_2_28_and_needs_only_system_libraries(built):
     # tagged with auditwheel's own reading of the symbol versions: manylinux_2_28 or older
     assert ort["wheel"] == f"myops_ort-{dist.VERSION}-py3-none-{ort['policy']}.whl", ort
     assert ort["policy"].endswith("_x86_64") and _manylinux(ort["policy"]) <= dist.PLUGIN_GLIBC, ort["policy"]
+    assert ort["overall_policy"] == ort["policy"] and ort["entry"] == ENTRY["id"], ort
     assert set(ort["needs"]) == {"myops_ort/libmyops_ort.so"}, ort["needs"]
     assert set(ort["needs"]["myops_ort/libmyops_ort.so"]) <= SYSTEM_LIBRARIES, ort["needs"]
     with zipfile.ZipFile(ort["path"]) as archive:
@@ -98,9 +120,10 @@ def test_extension_wheel_is_pinned_to_its_torch(built):
 
 
 def test_extension_wheel_in_a_clean_venv_runs_layer1_and_an_export(built, tmp_path):
-    torch_pin = f"torch=={wheels.locked_version(ENTRY, 'train', 'torch') or ENTRY['torch']['version']}"
-    python = _venv(tmp_path / "venv", torch_pin, _pin("numpy"), _pin("onnx"), _pin("onnxscript"),
-                   str(built["torch"]["path"]))
+    # torch as the nox sessions install it: the entry's index first (PyPI's x86-64 torch is a CUDA build)
+    subprocess.run([sys.executable, "-m", "venv", str(tmp_path / "venv")], check=True)
+    wheels.install_torch(str(tmp_path / "venv" / "bin" / "python"), ENTRY, log=lambda m: None, warn=lambda m: None)
+    python = _venv(tmp_path / "venv", _pin("numpy"), _pin("onnx"), _pin("onnxscript"), str(built["torch"]["path"]))
     done = _run_check(python, "torch_layer1.py", tmp_path, cwd=tmp_path)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     report = json.loads(done.stdout.splitlines()[-1])
@@ -143,3 +166,5 @@ def test_publish_writes_each_wheel_with_its_sha256_and_refuses_a_changed_one(bui
     assert not (tmp_path / "refused").exists()
     with pytest.raises(dist.DistError, match="holds no wheels built by"):
         dist.recorded(tmp_path)
+    with pytest.raises(dist.DistError, match="built for the entry 'cpu', not 'cuda12.1'"):
+        dist.publish(dist_dir, tmp_path / "other", entry_id="cuda12.1", log=lambda m: None)

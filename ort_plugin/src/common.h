@@ -6,8 +6,10 @@
 #include <onnxruntime_cxx_api.h>
 #undef ORT_API_MANUAL_INIT
 
+#include <cstdint>
 #include <exception>
 #include <string>
+#include <vector>
 
 #define MYOPS_EXPORT __attribute__((visibility("default")))
 #define MYOPS_STRINGIFY_(x) #x
@@ -73,6 +75,13 @@ inline OrtStatusPtr ORT_API_CALL SameTypeAndShapeAsInput(const OrtCustomOp*, Ort
   if (OrtStatus* status = api.GetDimensionsCount(info, &rank)) return status;
   if (rank == 0) return nullptr;
   return api.ShapeInferContext_SetOutputTypeShape(context, 0, info);
+}
+
+// "[8, 512, 768]": a tensor's shape in an error message.
+inline std::string ShapeText(const std::vector<int64_t>& shape) {
+  std::string text = "[";
+  for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
+  return text + "]";
 }
 
 }  // namespace myops

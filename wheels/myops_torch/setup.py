@@ -11,6 +11,9 @@ from setuptools import setup
 from torch.utils.cpp_extension import BuildExtension, CppExtension
 
 HERE = Path(__file__).resolve().parent
+if not (HERE / "build_config.json").exists():
+    sys.exit("this folder is built from a stage that lab/dist.py assembles (sources, kernels, the ops' Python): "
+             "run `nox -s wheels -- ENTRY`")
 config = json.loads((HERE / "build_config.json").read_text())  # lab/dist.py: the lab's version, include dirs
 if torch.version.cuda and os.environ.get("MYOPS_NO_CUDA") != "1":
     sys.exit("myops-torch wheels are built for the CPU only so far: set MYOPS_NO_CUDA=1 to build the CPU kernels "

@@ -52,12 +52,6 @@ void RunSpans(Ort::KernelContext& context, float beta) {
 // kSpan(inputs, y, count) runs on the same chunks.
 using InputsSpanFn = void (*)(const float* const* inputs, float* y, int64_t count);
 
-inline std::string ShapeText(const std::vector<int64_t>& shape) {
-  std::string text = "[";
-  for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
-  return text + "]";
-}
-
 template <int kInputs, InputsSpanFn kSpan>
 Ort::Status RunInputSpans(Ort::KernelContext& context, const char* op, const std::string& node) {
   const Ort::ConstValue x = context.GetInput(0);
