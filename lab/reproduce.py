@@ -5,8 +5,8 @@
 Two clones of the committed HEAD, in folders of different names and depths, each built with a
 different time zone, locale and umask (SOURCE_DATE_EPOCH is the commit's time in both): the
 PyTorch extension, the ONNX Runtime plugin (CPU, and CUDA where nvcc is here and architectures are
-given), the wheels users install (lab.dist: myops-ort, myops-torch), and every artifact the infer side runs (ONNX files, inputs, references, manifest). Each
-pair is compared by sha256; a difference gets a diffoscope report under build/reproduce/ where
+given), the wheels users install (lab.dist: myops-ort, myops-torch), and every artifact the infer
+side runs (ONNX files, inputs, references, manifest). Each pair is compared by sha256; a difference gets a diffoscope report under build/reproduce/ where
 diffoscope is installed. Where the entry's images are here, the host build is compared with
 theirs as well: identical where the toolchains match, and the record says why where they cannot.
 
