@@ -17,7 +17,6 @@ import argparse
 import hashlib
 import json
 import os
-import platform
 import re
 import shutil
 import subprocess
@@ -103,13 +102,7 @@ def _pip_wheel(stage: Path, into: Path, settings: list[str], *, what: str, log, 
     return built[0]
 
 
-def _arch() -> str:
-    """This machine's architecture as wheel tags name it."""
-    machine = platform.machine()
-    return {"arm64": "aarch64", "amd64": "x86_64"}.get(machine.lower(), machine)
-
-
-def _glibc(policy: str | None) -> tuple[int, int]:
+def policy_glibc(policy: str | None) -> tuple[int, int]:
     """(2, 28) of manylinux_2_28_x86_64; anything else (linux_x86_64: no manylinux policy) sorts last."""
     match = re.match(r"manylinux_(\d+)_(\d+)_", policy or "")
     return (int(match[1]), int(match[2])) if match else (99, 99)
@@ -157,7 +150,7 @@ def _repair(raw: Path, *, plat: str | None, exclude: list[str], library_path: Pa
 
 def _plugin_stage(entry: dict, headers: ort_headers.Headers, plat: platforms.Platform) -> Path:
     stage = _fresh(STAGE_ROOT / entry["id"] / f"myops_ort-{plat.machine}")
-    _copy_tree(REPO / "wheels" / "myops_ort", stage, python_only=False)
+    _copy_tree(REPO / "wheels" / "myops_ort", stage)
     plugin = stage / "ort_plugin"
     plugin.mkdir()
     for name in ("CMakeLists.txt", "exports.map"):
@@ -175,7 +168,7 @@ def _plugin_stage(entry: dict, headers: ort_headers.Headers, plat: platforms.Pla
 def _cross_compiler(plat: platforms.Platform) -> dict:
     """CMake definitions that cross-compile for plat with Debian's <triplet>-g++ (what the arm64 infer
     image's plugin stage uses), or {} for this machine's own architecture."""
-    if plat.machine == _arch():
+    if plat == platforms.host():
         return {}
     compiler = shutil.which(f"{plat.triplet}-g++")
     if compiler is None:
@@ -199,7 +192,7 @@ def plugin_wheel(entry: dict, *, plat: platforms.Platform = platforms.PRIMARY, l
                      # the wheel's platform tag (scikit-build-core reads it, as setuptools does)
                      env={"_PYTHON_HOST_PLATFORM": f"linux-{plat.machine}"})
     record = _repair(raw, plat=None, exclude=[], log=log)
-    if _glibc(record["policy"]) > PLUGIN_GLIBC:
+    if policy_glibc(record["policy"]) > PLUGIN_GLIBC:
         raise DistError(f"the plugin's symbol versions need {record['policy']}, newer than manylinux_2_28, which the "
                         "wheel promises: it was compiled against a newer glibc or libstdc++ than Debian bookworm's "
                         "(the lab's build base); build it there")

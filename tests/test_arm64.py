@@ -179,7 +179,7 @@ def test_the_aarch64_plugin_wheel_runs_every_artifact_under_emulation(arm64_imag
     built = dist.build_all("cpu", tmp_path / "dist", kinds=("ort",), plat=ARM64, log=lambda m: None)
     record = built["ort-aarch64"]
     assert record["policy"].endswith("_aarch64") and record["wheel"].endswith(f"-py3-none-{record['policy']}.whl")
-    assert tuple(map(int, record["policy"].split("_")[1:3])) <= dist.PLUGIN_GLIBC, record
+    assert dist.policy_glibc(record["policy"]) <= dist.PLUGIN_GLIBC, record
     pins = [p for p in matrix.pip_pins(entry) if p.split("==")[0] in ("numpy", entry["onnxruntime"]["package"])]
     script = (f"python{entry['python']} -m venv /tmp/v && /tmp/v/bin/pip install --quiet --no-index --find-links "
               f"/wheels {' '.join(pins)} /dist/{record['wheel']} && cd /tmp && /tmp/v/bin/python -c "

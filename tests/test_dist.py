@@ -68,16 +68,11 @@ def _run_check(python: Path, script: str, *args, cwd: Path) -> subprocess.Comple
                           cwd=cwd, timeout=900)
 
 
-def _manylinux(tag: str) -> tuple[int, int]:
-    major, minor = tag.split("_")[1:3]
-    return int(major), int(minor)
-
-
 def test_plugin_wheel_is_manylinux_2_28_and_needs_only_system_libraries(built):
     ort = built["ort"]
     # tagged with auditwheel's own reading of the symbol versions: manylinux_2_28 or older
     assert ort["wheel"] == f"myops_ort-{dist.VERSION}-py3-none-{ort['policy']}.whl", ort
-    assert ort["policy"].endswith("_x86_64") and _manylinux(ort["policy"]) <= dist.PLUGIN_GLIBC, ort["policy"]
+    assert ort["policy"].endswith("_x86_64") and dist.policy_glibc(ort["policy"]) <= dist.PLUGIN_GLIBC, ort["policy"]
     assert ort["overall_policy"] == ort["policy"] and ort["entry"] == ENTRY["id"], ort
     assert set(ort["needs"]) == {"myops_ort/libmyops_ort.so"}, ort["needs"]
     assert set(ort["needs"]["myops_ort/libmyops_ort.so"]) <= SYSTEM_LIBRARIES, ort["needs"]

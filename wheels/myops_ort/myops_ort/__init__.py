@@ -15,7 +15,7 @@ from pathlib import Path
 
 from . import opspec
 
-__all__ = ["BUILD", "OnnxRuntimeMismatch", "get_library_path", "opspec", "register"]
+__all__ = ["BUILD", "OnnxRuntimeMismatch", "check_onnxruntime", "get_library_path", "opspec", "register"]
 
 _HERE = Path(__file__).resolve().parent
 LIBRARY_NAME = "libmyops_ort.so"
