@@ -10,6 +10,8 @@ it ships), built by pip without build isolation (the tools are pinned in require
 then checked and tagged by auditwheel. The plugin must need nothing outside the manylinux_2_28
 policy; the extension needs torch's own libraries, which torch provides at run time and auditwheel is
 told to leave out. dist/<entry>/wheels.json records each wheel's sha256, policy and what it needs.
+A CUDA entry's plugin wheel (myops-ort-cu<major>) is built by its infer image's plugin stage, where
+the entry's nvcc is, and checked here the same way.
 """
 from __future__ import annotations
 
@@ -24,13 +26,13 @@ import sys
 import zipfile
 from pathlib import Path
 
-from . import highway, matrix, ort_headers, platforms
+from . import docker, highway, matrix, ort_headers, platforms, wheel_stage
 from .files import shown, write_text_atomic
 
 REPO = Path(__file__).resolve().parent.parent
 WHEEL_TOOLS = REPO / "requirements" / "wheels.txt"
 STAGE_ROOT = REPO / "build" / "dist"
-VERSION = "0.1.0"
+VERSION = wheel_stage.VERSION
 # The plugin wheel's promise: manylinux_2_28 or older (its tag is the most compatible policy auditwheel finds).
 PLUGIN_GLIBC = (2, 28)
 # ops/ modules that drive the lab (they import lab/, ort_plugin/, infer/): not part of what users import.
@@ -39,28 +41,6 @@ LAB_ONLY_MODULES = {"artifacts", "build", "check_archs", "doctor", "fuse"}
 
 class DistError(RuntimeError):
     pass
-
-
-def _copy_tree(source: Path, dest: Path, *, python_only: bool = False) -> None:
-    def ignore(folder, names):
-        return [n for n in names if n == "__pycache__" or n.endswith(".pyc")
-                or (python_only and not n.endswith(".py") and not (Path(folder) / n).is_dir())]
-    shutil.copytree(source, dest, ignore=ignore, dirs_exist_ok=True)
-
-
-def _normalise_modes(stage: Path) -> None:
-    """644 for files, 755 for folders, whatever the checkout's umask was (the wheel's zip records modes)."""
-    for folder, dirs, files in os.walk(stage):
-        os.chmod(folder, 0o755)
-        for name in files:
-            os.chmod(Path(folder) / name, 0o644)
-
-
-def _fresh(path: Path) -> Path:
-    if path.exists():
-        shutil.rmtree(path)
-    path.mkdir(parents=True)
-    return path
 
 
 def _source_date_epoch() -> str:
@@ -93,7 +73,7 @@ def _run(cmd: list[str], *, what: str, log, library_path: Path | None = None, en
 
 
 def _pip_wheel(stage: Path, into: Path, settings: list[str], *, what: str, log, env: dict | None = None) -> Path:
-    _fresh(into)
+    wheel_stage.fresh(into)
     _run([sys.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "--wheel-dir", str(into),
           *[f"--config-settings={s}" for s in settings], str(stage)], what=what, log=log, env=env)
     built = sorted(into.glob("*.whl"))
@@ -119,7 +99,7 @@ def _repair(raw: Path, *, plat: str | None, exclude: list[str], library_path: Pa
     """auditwheel repair (tags; grafts nothing here, which is checked) and show (the policy it meets);
     the repaired wheel stays in the build folder ("path") until build_all moves every wheel at once.
     plat None: the most compatible policy auditwheel finds (it reads another architecture's wheel too)."""
-    work = _fresh(raw.parent / "repaired")
+    work = wheel_stage.fresh(raw.parent / "repaired")
     cmd = [sys.executable, "-m", "auditwheel", "repair", "--wheel-dir", str(work), "--only-plat",
            "--plat", plat or "auto"]
     for name in exclude:
@@ -148,23 +128,6 @@ def _repair(raw: Path, *, plat: str | None, exclude: list[str], library_path: Pa
             "provided_at_run_time": exclude}
 
 
-def _plugin_stage(entry: dict, headers: ort_headers.Headers, plat: platforms.Platform) -> Path:
-    stage = _fresh(STAGE_ROOT / entry["id"] / f"myops_ort-{plat.machine}")
-    _copy_tree(REPO / "wheels" / "myops_ort", stage)
-    plugin = stage / "ort_plugin"
-    plugin.mkdir()
-    for name in ("CMakeLists.txt", "exports.map"):
-        shutil.copy2(REPO / "ort_plugin" / name, plugin / name)
-    _copy_tree(REPO / "ort_plugin" / "src", plugin / "src")
-    _copy_tree(REPO / "kernels", stage / "kernels")
-    _copy_tree(REPO / "opspec", stage / "myops_ort" / "opspec", python_only=True)
-    build = {"version": VERSION, "entry": entry["id"], "ort_headers": headers.version,
-             "ort_api_version": headers.api_version, "cuda": False, "machine": plat.machine}
-    write_text_atomic(stage / "myops_ort" / "build.json", json.dumps(build, indent=2, sort_keys=True) + "\n")
-    _normalise_modes(stage)
-    return stage
-
-
 def _cross_compiler(plat: platforms.Platform) -> dict:
     """CMake definitions that cross-compile for plat with Debian's <triplet>-g++ (what the arm64 infer
     image's plugin stage uses), or {} for this machine's own architecture."""
@@ -180,30 +143,47 @@ def _cross_compiler(plat: platforms.Platform) -> dict:
 def plugin_wheel(entry: dict, *, plat: platforms.Platform = platforms.PRIMARY, log=print) -> dict:
     """The CPU plugin wheel of an entry for plat (cross-compiled where it is not this machine's), checked."""
     headers = ort_headers.resolve(pin=ort_headers.pin_from_matrix(entry["id"]), log=log)
-    stage = _plugin_stage(entry, headers, plat)
+    stage = wheel_stage.stage_plugin(entry, headers, plat, STAGE_ROOT / entry["id"] / f"myops_ort-{plat.machine}", log=log)
     defines = {"ORT_INCLUDE_DIR": headers.include_dir, "MYOPS_CUDA": "OFF", **_cross_compiler(plat)}
     for path in highway.include_dirs(REPO, log=log):
         defines["HWY_INCLUDE_DIR"] = path
     settings = [f"cmake.define.{key}={value}" for key, value in defines.items()]
     # a new build folder every time: a CMake cache keeps its compiler, and the plugin builds in seconds
-    settings.append(f"build-dir={_fresh(STAGE_ROOT / entry['id'] / f'myops_ort-{plat.machine}-build')}")
+    settings.append(f"build-dir={wheel_stage.fresh(STAGE_ROOT / entry['id'] / f'myops_ort-{plat.machine}-build')}")
     raw = _pip_wheel(stage, STAGE_ROOT / entry["id"] / f"myops_ort-{plat.machine}-raw", settings,
                      what=f"build the myops-ort wheel for {plat.machine}", log=log,
                      # the wheel's platform tag (scikit-build-core reads it, as setuptools does)
                      env={"_PYTHON_HOST_PLATFORM": f"linux-{plat.machine}"})
+    return _repaired_plugin(raw, log, why="it was compiled against a newer glibc or libstdc++ than Debian "
+                            "bookworm's (the lab's build base); build it there")
+
+
+def _repaired_plugin(raw: Path, log, *, why: str) -> dict:
+    """auditwheel's record of a plugin wheel, refused when it needs more than the manylinux_2_28 it promises."""
     record = _repair(raw, plat=None, exclude=[], log=log)
     if policy_glibc(record["policy"]) > PLUGIN_GLIBC:
         raise DistError(f"the plugin's symbol versions need {record['policy']}, newer than manylinux_2_28, which the "
-                        "wheel promises: it was compiled against a newer glibc or libstdc++ than Debian bookworm's "
-                        "(the lab's build base); build it there")
+                        f"wheel promises: {why}")
     return record
 
 
+def cuda_plugin_wheel(entry: dict, *, log=print) -> dict:
+    """A CUDA entry's plugin wheel, built where its nvcc is: the plugin stage of the entry's infer image
+    (docker), then checked and tagged by auditwheel here like the CPU wheel."""
+    raw_dir = wheel_stage.fresh(STAGE_ROOT / entry["id"] / "myops_ort-cuda-raw")
+    try:
+        raw = docker.build_plugin_wheel(entry["id"], raw_dir, log=log)
+    except docker.DockerError as exc:
+        raise DistError(f"the {entry['id']} plugin wheel is built in the entry's image (its CUDA toolkit): {exc}") from exc
+    return _repaired_plugin(raw, log, why="a glibc function the CUDA runtime calls is missing from "
+                            "ort_plugin/glibc_baseline (its README.md says how to add it)")
+
+
 def _torch_stage(entry: dict, log) -> Path:
-    stage = _fresh(STAGE_ROOT / entry["id"] / "myops_torch")
-    _copy_tree(REPO / "wheels" / "myops_torch", stage)
+    stage = wheel_stage.fresh(STAGE_ROOT / entry["id"] / "myops_torch")
+    wheel_stage.copy_tree(REPO / "wheels" / "myops_torch", stage)
     package = stage / "myops_torch"
-    _copy_tree(REPO / "opspec", package / "opspec", python_only=True)
+    wheel_stage.copy_tree(REPO / "opspec", package / "opspec", python_only=True)
     (package / "ops").mkdir()
     for module in sorted((REPO / "ops").glob("*.py")):
         if module.stem in LAB_ONLY_MODULES:
@@ -217,12 +197,12 @@ def _torch_stage(entry: dict, log) -> Path:
                             "`from opspec import NAME`, as the other ops do")
         (package / "ops" / module.name).write_text(text, encoding="utf-8")
     # the extension's sources as ops/build.py finds them: ops/csrc/*.cpp (CPU), the kernels they include
-    _copy_tree(REPO / "ops" / "csrc", stage / "csrc")
-    _copy_tree(REPO / "kernels", stage / "kernels")
+    wheel_stage.copy_tree(REPO / "ops" / "csrc", stage / "csrc")
+    wheel_stage.copy_tree(REPO / "kernels", stage / "kernels")
     config = {"version": VERSION, "entry": entry["id"],
               "include_dirs": ["kernels", *map(str, highway.include_dirs(REPO, log=log))]}
     write_text_atomic(stage / "build_config.json", json.dumps(config, indent=2, sort_keys=True) + "\n")
-    _normalise_modes(stage)
+    wheel_stage.normalise_modes(stage)
     return stage
 
 
@@ -258,8 +238,15 @@ def build_tools_problem() -> str | None:
     so it neither installs nor checks them, and another version makes other bytes); None: they are."""
     from importlib import metadata
 
+    def lines(path: Path) -> list[str]:  # with the files it includes (-r plugin-build.txt)
+        found = []
+        for line in path.read_text().splitlines():
+            included = re.match(r"\s*-r\s+(\S+)", line)
+            found += lines(path.parent / included[1]) if included else [line]
+        return found
+
     wrong = []
-    for line in WHEEL_TOOLS.read_text().splitlines():
+    for line in lines(WHEEL_TOOLS):
         if "==" in line and not line.lstrip().startswith("#"):
             name, version = line.split("#")[0].strip().split("==")
             try:
@@ -276,6 +263,15 @@ def build_tools_problem() -> str | None:
     return None
 
 
+def default_kinds(entry_id: str, *, log=print) -> tuple[str, ...]:
+    """Both wheels; a CUDA entry's plugin wheel alone (its extension wheel is not built yet), said."""
+    if matrix.entry(entry_id)["device"] == "cuda":
+        log(f"[dist] {entry_id}: the plugin wheel only; the extension wheel of a CUDA entry is not built yet "
+            "(docs/wheels.md)")
+        return ("ort",)
+    return ("ort", "torch")
+
+
 def build_all(entry_id: str, out: Path, *, kinds=("ort", "torch"), plat: platforms.Platform = platforms.PRIMARY,
               log=print) -> dict:
     """Build the wheels of `kinds`, then move them into `out` at once and record them in out/wheels.json
@@ -283,8 +279,12 @@ def build_all(entry_id: str, out: Path, *, kinds=("ort", "torch"), plat: platfor
     name is removed, so `pip install out/myops_ort-*.whl` finds one file. Nothing in `out` changes when a
     build fails."""
     entry = matrix.entry(entry_id)
-    if entry["device"] != "cpu":
-        raise DistError(f"{entry_id}: wheels for CUDA entries are not built yet (CPU entries only)")
+    if entry["device"] == "cuda" and "torch" in kinds:
+        raise DistError(f"{entry_id}: the extension wheel of a CUDA entry is not built yet (its CUDA kernels need "
+                        f"the train image's nvcc): `nox -s wheels -- {entry_id} --only ort` builds the plugin wheel")
+    if entry["device"] == "cuda" and plat != platforms.PRIMARY:
+        raise DistError(f"{entry_id}: its plugin wheel is built for {platforms.PRIMARY.machine} only (the entry's "
+                        "infer_platforms in matrix.yaml)")
     if plat != platforms.PRIMARY and "torch" in kinds:
         raise DistError(f"the extension wheel is built for {platforms.PRIMARY.machine} only (the train image's "
                         f"architecture): use --only ort for the {plat.machine} plugin wheel")
@@ -296,7 +296,12 @@ def build_all(entry_id: str, out: Path, *, kinds=("ort", "torch"), plat: platfor
     records = {}
     for kind in kinds:
         key = kind + suffix if kind == "ort" else kind
-        records[key] = plugin_wheel(entry, plat=plat, log=log) if kind == "ort" else torch_wheel(entry, log=log)
+        if kind == "torch":
+            records[key] = torch_wheel(entry, log=log)
+        elif entry["device"] == "cuda":
+            records[key] = cuda_plugin_wheel(entry, log=log)
+        else:
+            records[key] = plugin_wheel(entry, plat=plat, log=log)
         records[key]["entry"] = entry_id
     out.mkdir(parents=True, exist_ok=True)
     index = out / "wheels.json"
@@ -359,7 +364,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     out = args.out or REPO / "dist" / args.entry
     try:
-        build_all(args.entry, out, kinds=(args.only,) if args.only else ("ort", "torch"), plat=platforms.get(args.arch))
+        build_all(args.entry, out, kinds=(args.only,) if args.only else default_kinds(args.entry),
+                  plat=platforms.get(args.arch))
     except (DistError, ort_headers.HeadersNotFound, platforms.PlatformError, matrix.MatrixError,
             highway.HighwayNotFound) as exc:
         print(f"error: {exc}", file=sys.stderr)

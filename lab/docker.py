@@ -19,7 +19,7 @@ import threading
 import time
 from pathlib import Path
 
-from . import debian, highway, matrix, platforms, toolkit, wheels
+from . import debian, highway, matrix, platforms, toolkit, wheel_stage, wheels
 from .files import write_text_atomic
 
 REPO = Path(__file__).resolve().parent.parent
@@ -32,6 +32,9 @@ BASE_RECIPES = {
     "debootstrap-build": ("bookworm", ["python3", "python3-venv", "ca-certificates", "g++", "make", "cmake", "python3-dev"]),
     "debootstrap-trixie-build": ("trixie", ["python3", "python3-venv", "ca-certificates", "g++", "make", "cmake",
                                             "python3-dev", "git"]),
+    # glibc 2.31 (before 2.34 moved libpthread, libdl and librt into libc): the CUDA plugin wheel's test
+    # that its library loads where manylinux_2_28 promises. No entry's base.
+    "debootstrap-bullseye-runtime": ("bullseye", ["python3"]),
     # amd64, with Debian's cross g++: the plugin of an arm64 infer image compiles at native speed.
     "debootstrap-build-cross-arm64": ("bookworm", ["python3", "python3-venv", "ca-certificates", "g++", "make", "cmake",
                                                    "python3-dev", "g++-aarch64-linux-gnu"]),
@@ -242,11 +245,14 @@ def _sources(dest: Path, headers) -> None:
                         dest / ".cache" / "myops-lab" / "highway" / highway.VERSION / "include")
 
 
-def prepare_context(entry: dict, locks: dict, toolkit_home: Path | None, *,
+def prepare_context(entry: dict, locks: dict, toolkit_home: Path | None, *, cuda_architectures: str = "",
                     plat: platforms.Platform = platforms.PRIMARY, log=print) -> tuple[dict, str]:
-    """build/docker-context/<entry>[-<arch>]/<kind>/ for each image: src/ (+ ORT headers), locks/,
-    scripts/, toolkit/ (the assembled CUDA toolkit; empty for a CPU entry), app/ (infer: the runner);
-    and beside it, wheels-<kind>/ with exactly the locked wheels."""
+    """build/docker-context/<entry>[-<arch>]/<kind>/ for each image kind in `locks` ("plugin" is the
+    infer image's plugin stage, part of its context): locks/, scripts/, toolkit/ (the assembled CUDA
+    toolkit; empty for a CPU entry); train: src/ (+ ORT headers); infer: plugin-wheel/ (the plugin
+    wheel's source folder) and app/ (the runner). Beside each, wheels-<kind>/ with exactly the locked
+    wheels. A kind whose lock is None gets its context without wheels (a build that stops at the
+    plugin stage)."""
     from .ort_headers import pin_from_matrix, resolve
 
     headers = resolve(pin=pin_from_matrix(entry["id"]), log=log)
@@ -255,26 +261,47 @@ def prepare_context(entry: dict, locks: dict, toolkit_home: Path | None, *,
         shutil.rmtree(root)
     contexts = {}
     for kind, lock in locks.items():
+        if kind == "plugin":
+            continue
         context = root / kind
-        _sources(context / "src", headers)
         for script in SCRIPTS:
             _link_or_copy(DOCKER_DIR / script, context / "scripts" / script)
         (context / "toolkit").mkdir()
         if toolkit_home is not None:
             _link_tree(toolkit_home, context / "toolkit")
         _link_or_copy(DOCKER_DIR / "check_versions.py", context / "locks" / "check_versions.py")
-        _link_or_copy(lock, context / "locks" / f"{kind}.txt")
-        _, pinned = wheels.read_lock(lock)
-        for p in pinned:
-            wheel = wheels.find_wheel(wheels.wheelhouse_dir(entry, plat), p.name, p.version)
-            _link_or_copy(wheel, root / f"wheels-{kind}" / wheel.name)
+        served = [(lock, plat)] if lock is not None else []
         if kind == "infer":
+            # the plugin stage runs on the primary platform's build base (cross-compiling for another)
+            served.append((locks["plugin"], platforms.PRIMARY))
+            _link_or_copy(locks["plugin"], context / "locks" / "plugin.txt")
+            wheel_stage.stage_plugin(entry, headers, plat, context / "plugin-wheel", with_headers=True,
+                                     cuda_architectures=cuda_architectures, log=log)
             for package in RUNNER_PACKAGES:
                 for source in sorted((REPO / package).rglob("*.py")):
                     if "__pycache__" not in source.parts:
                         _link_or_copy(source, context / "app" / source.relative_to(REPO))
+        else:
+            _sources(context / "src", headers)
+        if lock is not None:
+            _link_or_copy(lock, context / "locks" / f"{kind}.txt")
+        (root / f"wheels-{kind}").mkdir(parents=True, exist_ok=True)
+        for served_lock, served_plat in served:
+            for p in wheels.read_lock(served_lock)[1]:
+                wheel = wheels.find_wheel(wheels.wheelhouse_dir(entry, served_plat), p.name, p.version)
+                if not (root / f"wheels-{kind}" / wheel.name).exists():  # one file both locks pin (packaging)
+                    _link_or_copy(wheel, root / f"wheels-{kind}" / wheel.name)
         contexts[kind] = context
     return contexts, headers.version
+
+
+def installed_plugin(entry: dict) -> str:
+    """Where the infer image's pip installed the plugin (its MYOPS_ORT_PLUGIN; infer.Dockerfile sets the same)."""
+    return f"/opt/venv/lib/python{entry['python']}/site-packages/myops_ort/libmyops_ort.so"
+
+
+# In the infer image beside the installed plugin: the wheel pip installed it from (docker cp takes it out).
+PLUGIN_WHEELS_IN_IMAGE = "/opt/myops/wheels"
 
 
 # ---------------------------------------------------------------- images
@@ -334,7 +361,8 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
         pass
 
 
-def _build(dockerfile: str, tag: str, context: Path, build_args: dict, wheels_dir: Path, *, log) -> None:
+def _build(dockerfile: str, tag: str, context: Path, build_args: dict, wheels_dir: Path, *, log,
+           target: str | None = None) -> None:
     """docker build with each step shown as it starts; a failure quotes the build's last lines."""
     tail: list[str] = []
     started = time.perf_counter()
@@ -342,7 +370,8 @@ def _build(dockerfile: str, tag: str, context: Path, build_args: dict, wheels_di
         args = [part for key, value in dict(build_args, WHEELS=url).items() for part in ("--build-arg", f"{key}={value}")]
         # host network: the build's RUN steps reach the wheel server on loopback (and, on a user's
         # machine, an official base's apt mirror); pip itself never looks past the locked files.
-        cmd = ["docker", "build", "--network", "host", "-f", str(DOCKER_DIR / dockerfile), "-t", tag, *args, str(context)]
+        cmd = ["docker", "build", "--network", "host", "-f", str(DOCKER_DIR / dockerfile), "-t", tag,
+               *(["--target", target] if target else []), *args, str(context)]
         with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=daemon_env(None),
                               text=True, errors="replace") as proc:
             for line in proc.stdout:
@@ -368,13 +397,63 @@ def build_plan(entry: dict, base_overrides: dict | None = None) -> dict:
     return {"archs": archs, "not_built": not_built, "toolkit": toolkit_pin, "CUDA_MODE": "ON"}
 
 
-def build_images(entry_id: str, *, base_overrides: dict | None = None, arches: tuple = ("amd64",), log=print) -> dict:
-    """Build the entry's train and infer images, and its infer image for each other architecture in
-    `arches` that matrix.yaml lists (`all`: every one); returns their tags ({'infer-arm64': ...})."""
+def _require_local_daemon() -> None:
     if (os.environ.get("DOCKER_HOST") or "unix://").split("://")[0] not in ("unix", "npipe"):
         raise DockerError(f"images are built on the local daemon (the wheels are served to it on 127.0.0.1), "
                           f"but DOCKER_HOST={os.environ['DOCKER_HOST']}: unset it to build here, then publish")
     require_daemon()
+
+
+def _common_args(entry: dict, bases: dict, plan: dict) -> dict:
+    return {
+        "ENTRY": entry["id"], "BASE_BUILD": bases["build"], "BASE_RUNTIME": bases["runtime"], "REVISION": revision(),
+        "TORCH_CUDA_ARCH_LIST": " ".join(plan["archs"]), "CUDA_MODE": plan["CUDA_MODE"],
+        "CUDA_ARCHITECTURES": cmake_cuda_architectures(plan["archs"]), "TOOLKIT": plan["toolkit"],
+        # Every version pin as its own build arg; the images check what they installed against them.
+        "PYTHON_VERSION": entry["python"], "TORCH_VERSION": entry["torch"]["version"], "ONNX_VERSION": entry["onnx"],
+        "ONNXSCRIPT_VERSION": entry["onnxscript"], "NUMPY_VERSION": entry["numpy"],
+        "ORT_PACKAGE": entry["onnxruntime"]["package"], "ORT_VERSION": entry["onnxruntime"]["version"],
+    }
+
+
+def build_plugin_wheel(entry_id: str, out: Path, *, log=print) -> Path:
+    """The entry's plugin wheel as its infer image builds it (the plugin stage alone, on the entry's
+    build base with its CUDA toolkit), copied into `out`; not yet checked or tagged by auditwheel."""
+    _require_local_daemon()
+    entry = matrix.entry(entry_id)
+    bases = {"build": ensure_base_image("build", entry["base_images"]["build"], log=log),
+             "runtime": entry["base_images"]["runtime"]["tag"]}  # not built: the build stops at the plugin stage
+    plan = build_plan(entry)
+    try:
+        locks = {"infer": None, **wheels.wheelhouse(entry, kinds=("plugin",), log=log)}
+        toolkit_home = toolkit.assemble(entry, log=log) if entry["device"] == "cuda" else None
+    except (wheels.WheelError, toolkit.ToolkitError, debian.DebianError) as exc:
+        raise DockerError(str(exc)) from exc
+    contexts, _ = prepare_context(entry, locks, toolkit_home, cuda_architectures=cmake_cuda_architectures(plan["archs"]),
+                                  log=log)
+    tag = f"myops-lab/plugin-wheel:{entry_id}"
+    args = dict(_common_args(entry, bases, plan), TRAIN_IMAGE=image_tags(entry)["train"])
+    log(f"[docker] building the plugin stage of the {entry_id} infer image ({tag}) ...")
+    _build("infer.Dockerfile", tag, contexts["infer"], args, contexts["infer"].parent / "wheels-infer", log=log,
+           target="plugin")
+    out.mkdir(parents=True, exist_ok=True)
+    container = _docker("create", tag, "true").stdout.decode().strip()  # never started: a command it could run
+    try:
+        with tempfile.TemporaryDirectory(dir=out) as tmp:
+            _docker("cp", f"{container}:/wheels/.", tmp)
+            built = sorted(Path(tmp).glob("*.whl"))
+            if len(built) != 1:
+                raise DockerError(f"the plugin stage of {tag} holds {[p.name for p in built]} in /wheels, not one wheel")
+            os.replace(built[0], out / built[0].name)
+    finally:
+        _docker("rm", container, check=False)
+    return out / built[0].name
+
+
+def build_images(entry_id: str, *, base_overrides: dict | None = None, arches: tuple = ("amd64",), log=print) -> dict:
+    """Build the entry's train and infer images, and its infer image for each other architecture in
+    `arches` that matrix.yaml lists (`all`: every one); returns their tags ({'infer-arm64': ...})."""
+    _require_local_daemon()
     entry = matrix.entry(entry_id)
     foreign = infer_platforms_wanted(entry, arches)[1:]  # checked before any long build
     for plat in foreign:
@@ -386,21 +465,14 @@ def build_images(entry_id: str, *, base_overrides: dict | None = None, arches: t
     if plan["not_built"]:
         log(f"[docker] {entry_id}: not built here, the toolkit cannot target them: {'; '.join(plan['not_built'])}")
     try:
-        locks = wheels.wheelhouse(entry, log=log)
+        locks = wheels.wheelhouse(entry, kinds=wheels.KINDS, log=log)
         toolkit_home = toolkit.assemble(entry, log=log) if entry["device"] == "cuda" and not overrides.get("build") else None
     except (wheels.WheelError, toolkit.ToolkitError, debian.DebianError) as exc:
         raise DockerError(str(exc)) from exc
-    contexts, headers_version = prepare_context(entry, locks, toolkit_home, log=log)
+    contexts, headers_version = prepare_context(entry, locks, toolkit_home, log=log,
+                                                cuda_architectures=cmake_cuda_architectures(plan["archs"]))
     tags = image_tags(entry)
-    common = {
-        "ENTRY": entry["id"], "BASE_BUILD": bases["build"], "BASE_RUNTIME": bases["runtime"], "REVISION": revision(),
-        "TORCH_CUDA_ARCH_LIST": " ".join(plan["archs"]), "CUDA_MODE": plan["CUDA_MODE"],
-        "CUDA_ARCHITECTURES": cmake_cuda_architectures(plan["archs"]), "TOOLKIT": plan["toolkit"],
-        # Every version pin as its own build arg; the images check what they installed against them.
-        "PYTHON_VERSION": entry["python"], "TORCH_VERSION": entry["torch"]["version"], "ONNX_VERSION": entry["onnx"],
-        "ONNXSCRIPT_VERSION": entry["onnxscript"], "NUMPY_VERSION": entry["numpy"],
-        "ORT_PACKAGE": entry["onnxruntime"]["package"], "ORT_VERSION": entry["onnxruntime"]["version"],
-    }
+    common = _common_args(entry, bases, plan)
     versions = {"train": f"torch{entry['torch']['version']}-ort{entry['onnxruntime']['version']}",
                 "infer": f"ort{entry['onnxruntime']['version']}-headers{headers_version}"}
     for kind in ("train", "infer"):
@@ -438,14 +510,17 @@ def _build_foreign_infer(entry: dict, plat: platforms.Platform, common: dict, ve
     runtime = ensure_base_image("runtime", entry["base_images"]["runtime"], plat=plat, log=log)
     cross = ensure_base_image("build", CROSS_BUILD_BASES[plat.docker], log=log)
     try:
-        locks = wheels.wheelhouse(entry, kinds=("infer",), plat=plat, log=log)
+        locks = {**wheels.wheelhouse(entry, kinds=("infer",), plat=plat, log=log),
+                 **wheels.wheelhouse(entry, kinds=("plugin",), log=log)}  # the plugin stage runs here
     except (wheels.WheelError, debian.DebianError) as exc:
         raise DockerError(str(exc)) from exc
-    contexts, _ = prepare_context(entry, locks, None, plat=plat, log=log)
+    contexts, _ = prepare_context(entry, locks, None, plat=plat, log=log,
+                                  cuda_architectures=common["CUDA_ARCHITECTURES"])
     tag = image_tags(entry, plat)["infer"]
     args = dict(common, BASE_BUILD=cross, BASE_RUNTIME=runtime, IMAGE=tag, VERSION=version, CREATED=_created(),
                 PLUGIN_CMAKE_ARGS=f"-DCMAKE_SYSTEM_NAME=Linux -DCMAKE_SYSTEM_PROCESSOR={plat.machine} "
-                                  f"-DCMAKE_CXX_COMPILER={plat.triplet}-g++")
+                                  f"-DCMAKE_CXX_COMPILER={plat.triplet}-g++",
+                PLUGIN_WHEEL_PLATFORM=f"linux-{plat.machine}")  # the wheel's tag (scikit-build-core reads it)
     log(f"[docker] building {tag} ({plat.os_arch}; its RUN steps under emulation) ...")
     started = time.perf_counter()
     _build("infer.Dockerfile", tag, contexts["infer"], args, contexts["infer"].parent / "wheels-infer", log=log)

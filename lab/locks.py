@@ -11,13 +11,13 @@ from . import matrix, platforms, toolkit, wheels
 
 
 def relock(entry_id: str, *, log=print) -> list[Path]:
-    """Resolve an entry's image locks anew (train, then infer for each of its platforms, then the infer
-    image's other architectures), and a CUDA entry's toolkit lock, and rewrite them; the old lock
+    """Resolve an entry's image locks anew (train, infer and the plugin stage's, then the infer image's
+    other architectures), and a CUDA entry's toolkit lock, and rewrite them; the old lock
     stays until its new one is complete."""
     entry = matrix.entry(entry_id)
     written = []
     for plat in platforms.infer_platforms(entry):
-        for kind in ("train", "infer") if plat == platforms.PRIMARY else ("infer",):
+        for kind in wheels.KINDS if plat == platforms.PRIMARY else ("infer",):
             lock = wheels.resolve(entry, kind, wheels.wheelhouse_dir(entry, plat), plat=plat, log=log)
             log(f"[wheels] rewrote {wheels.shown(lock)}: review and commit it")
             written.append(lock)

@@ -142,7 +142,7 @@ def prove_infer(entry: dict, image: str, archs: list[str], stub: Path | None) ->
     result = _in_image(image, "import torch", entrypoint="python")
     checks.append(Check("no-torch", result.returncode != 0 and "No module named 'torch'" in result.stderr,
                         _out(result).splitlines()[-1] if _out(result) else "import torch succeeded"))
-    plugin = _ldd(image, "/opt/myops/lib/libmyops_ort.so")
+    plugin = _ldd(image, docker.installed_plugin(entry))
     checks.append(Check("plugin-needed", plugin.ok, plugin.detail))
     result = _in_image(image, "python -m infer.runner verify --providers CPUExecutionProvider")
     said = result.stdout.strip().splitlines() or _out(result).splitlines()  # stdout: its verdict, not a warning
@@ -163,7 +163,7 @@ def prove_infer(entry: dict, image: str, archs: list[str], stub: Path | None) ->
         found = _classify_session(result)
         checks.append(Check(found.name, found.ok, f"{found.detail} (driver stub of {stub.parent.parent.parent.name})"))
     with tempfile.TemporaryDirectory() as tmp:
-        library = _copy_out(image, "/opt/myops/lib/libmyops_ort.so", Path(tmp) / "libmyops_ort.so")
+        library = _copy_out(image, docker.installed_plugin(entry), Path(tmp) / "libmyops_ort.so")
         found = _archs(library, archs)
     checks.append(Check("plugin-cuda-archs", found.ok, found.detail))
     return checks
@@ -181,7 +181,7 @@ def prove_foreign_infer(entry: dict, image: str, plat: platforms.Platform) -> li
     # stdout alone: the docker CLI warns on stderr that the image is not the host's platform.
     machine = _in_image(image, "import platform; print(platform.machine())", entrypoint="python").stdout.strip()
     with tempfile.TemporaryDirectory() as tmp:
-        library = _copy_out(image, "/opt/myops/lib/libmyops_ort.so", Path(tmp) / "libmyops_ort.so")
+        library = _copy_out(image, docker.installed_plugin(entry), Path(tmp) / "libmyops_ort.so")
         with open(library, "rb") as handle:
             elf = ELFFile(handle)["e_machine"]
     ok = marked == plat.docker and machine == plat.machine and elf == ELF_MACHINE[plat.docker]

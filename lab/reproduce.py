@@ -149,7 +149,7 @@ def from_images(entry_id: str, head: str, out: Path, *, build: bool) -> tuple[di
     if why:
         return {}, why + f" (`nox -s build -- {entry_id}`, or --images to build them here)"
     found: dict[str, Path] = {}
-    for kind, copies in (("infer", {"/opt/myops/lib/libmyops_ort.so": "ort plugin (image)",
+    for kind, copies in (("infer", {docker.installed_plugin(entry): "ort plugin (image)",
                                     "/opt/myops/artifacts": "artifacts"}),
                          ("train", {"/lab/build/ops": "train-build"})):
         (out / kind).mkdir(parents=True, exist_ok=True)
@@ -179,7 +179,7 @@ def locks_again(entry_id: str, out: Path) -> tuple[dict[str, Path], dict[str, Pa
     entry = matrix.entry(entry_id)
     house = wheels.WHEELHOUSE / entry["id"]
     committed, again = {}, {}
-    for kind in ("train", "infer"):
+    for kind in wheels.KINDS:
         lock = wheels.lock_path(entry, kind)
         if not lock.exists():
             continue

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -77,3 +78,75 @@ def test_layers_1_and_2_pass_inside_train_on_the_cpu(proven):
     out = result.stdout.decode(errors="replace")
     assert result.returncode == 0, out[-4000:] + result.stderr.decode(errors="replace")[-2000:]
     assert " passed" in out and " failed" not in out, out[-2000:]
+
+
+BULLSEYE = {"tag": "myops-lab/bullseye-runtime:1", "recipe": "debootstrap-bullseye-runtime"}  # glibc 2.31
+# What a manylinux wheel may link: glibc's libraries and the C++ runtime (the manylinux policies' list).
+GLIBC_AND_CXX = {"libc.so.6", "libm.so.6", "libdl.so.2", "libpthread.so.0", "librt.so.1", "libstdc++.so.6",
+                 "libgcc_s.so.1", "ld-linux-x86-64.so.2"}
+
+
+@pytest.fixture(scope="module")
+def cuda_plugin_wheel(proven, tmp_path_factory):
+    """`nox -s wheels -- cuda12.1`'s plugin wheel (its image's plugin stage, cached from the build above)."""
+    from lab import dist
+
+    out = tmp_path_factory.mktemp("dist")
+    (record,) = dist.build_all(ENTRY, out, kinds=("ort",), log=lambda message: None).values()
+    return out / record["wheel"], record
+
+
+def test_the_cuda_plugin_wheel_is_the_infer_images_and_manylinux_2_28(cuda_plugin_wheel, tmp_path):
+    import json
+    import zipfile
+
+    from lab import dist
+
+    wheel, record = cuda_plugin_wheel
+    assert wheel.name.startswith("myops_ort_cu12-0.1.0-py3-none-manylinux_"), wheel.name  # not installable as myops-ort
+    assert dist.policy_glibc(record["policy"]) <= (2, 28), record["policy"]
+    (needs,) = record["needs"].values()
+    assert set(needs) <= GLIBC_AND_CXX and not any("cuda" in n for n in needs), needs  # cudart is linked statically
+    with zipfile.ZipFile(wheel) as archive:
+        library = archive.read("myops_ort/libmyops_ort.so")
+        build = json.loads(archive.read("myops_ort/build.json"))
+    entry = matrix.entry(ENTRY)
+    assert build["cuda"] is True and build["cuda_major"] == 12 and build["distribution"] == "myops-ort-cu12"
+    assert build["cuda_architectures"] == docker.cmake_cuda_architectures(matrix.build_archs(entry)[0])
+    # the infer image runs the library pip installed from this very wheel
+    tag = docker.image_tags(entry)["infer"]
+    container = subprocess.run(["docker", "create", tag], capture_output=True, text=True, check=True).stdout.strip()
+    try:
+        subprocess.run(["docker", "cp", f"{container}:{docker.installed_plugin(entry)}", str(tmp_path / "image.so")],
+                       check=True, capture_output=True)
+    finally:
+        subprocess.run(["docker", "rm", container], capture_output=True)
+    assert (tmp_path / "image.so").read_bytes() == library
+
+
+def _loads_on_bullseye(library: Path) -> subprocess.CompletedProcess:
+    base = docker.ensure_base_image("runtime", BULLSEYE, log=lambda message: None)
+    script = "import ctypes, platform; ctypes.CDLL('/lib-under-test/' + __import__('sys').argv[1]); " \
+             "print('loaded with glibc', platform.libc_ver()[1])"
+    return subprocess.run(["docker", "run", "--rm", "--network", "none", "-v", f"{library.parent}:/lib-under-test:ro",
+                           base, "python3", "-c", script, library.name], capture_output=True, text=True, timeout=300,
+                          env=docker.daemon_env(None))
+
+
+def test_the_cuda_plugin_loads_with_a_glibc_older_than_2_34(cuda_plugin_wheel, tmp_path):
+    """Debian bullseye (glibc 2.31) loads the CUDA plugin (every symbol resolved at once, as ctypes asks);
+    the same kind of library linked here without the stand-ins of ort_plugin/glibc_baseline does not."""
+    import zipfile
+
+    wheel, _ = cuda_plugin_wheel
+    (tmp_path / "libmyops_ort.so").write_bytes(zipfile.ZipFile(wheel).read("myops_ort/libmyops_ort.so"))
+    loaded = _loads_on_bullseye(tmp_path / "libmyops_ort.so")
+    assert loaded.returncode == 0 and "loaded with glibc 2.31" in loaded.stdout, loaded.stdout + loaded.stderr
+    # the control: pthread_create bound on this machine's glibc, as cudart_static's was before the stand-ins
+    source = tmp_path / "control.cc"
+    source.write_text('#include <pthread.h>\nextern "C" int start(void *(*f)(void *)) '
+                      '{ pthread_t t; return pthread_create(&t, nullptr, f, nullptr); }\n')
+    subprocess.run(["g++", "-shared", "-fPIC", "-o", str(tmp_path / "libcontrol.so"), str(source), "-lpthread"],
+                   check=True, capture_output=True)
+    refused = _loads_on_bullseye(tmp_path / "libcontrol.so")
+    assert refused.returncode != 0 and "GLIBC_2.34' not found" in refused.stderr, refused.stdout + refused.stderr

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from lab import dist, matrix, wheels
+from lab import dist, matrix, platforms, wheels
 
 REPO = Path(__file__).resolve().parent.parent
 CHECKS = Path(__file__).resolve().parent / "wheel_checks"
@@ -45,8 +45,9 @@ def test_a_rebuild_replaces_the_recorded_wheel_and_bad_tools_change_nothing(tmp_
     assert sorted(p.name for p in out.glob("myops_ort-*.whl")) == [record["wheel"]], list(out.iterdir())
     assert json.loads((out / "wheels.json").read_text())["ort"]["sha256"] == record["sha256"]
 
-    pins = tmp_path / "wheels.txt"
-    pins.write_text("scikit-build-core==0.0.1\n")
+    pins = tmp_path / "wheels.txt"  # the backend's pin in a file it includes, as requirements/wheels.txt does
+    pins.write_text("-r plugin-build.txt\n")
+    (tmp_path / "plugin-build.txt").write_text("scikit-build-core==0.0.1\n")
     monkeypatch.setattr(dist, "WHEEL_TOOLS", pins)
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     with pytest.raises(dist.DistError, match=r"scikit-build-core 1\.1\.2 \(pinned 0\.0\.1\).*pip install -r"):
@@ -134,11 +135,24 @@ def test_extension_wheel_in_a_clean_venv_runs_layer1_and_an_export(built, tmp_pa
     assert "this environment has torch 2.12.1" in refused["message"], refused
 
 
-def test_a_cuda_entry_is_refused_with_what_is_missing(tmp_path):
-    cuda_entry = next(name for name, e in matrix.load()["entries"].items() if e["device"] != "cpu")
-    with pytest.raises(dist.DistError, match="CPU entries only"):
-        dist.build_all(cuda_entry, tmp_path)
+def test_what_a_cuda_entry_cannot_build_yet_is_refused_before_anything_runs(tmp_path):
+    """A CUDA entry's plugin wheel is built in its image (tests/test_cuda_images.py); its extension wheel
+    and another architecture's plugin are refused with what to run instead, and nothing is written."""
+    with pytest.raises(dist.DistError, match=r"extension wheel of a CUDA entry is not built yet.*--only ort"):
+        dist.build_all("cuda12.1", tmp_path)
+    with pytest.raises(dist.DistError, match="built for x86_64 only"):
+        dist.build_all("cuda12.1", tmp_path, kinds=("ort",), plat=platforms.get("arm64"))
     assert not any(tmp_path.iterdir())
+    said = []
+    assert dist.default_kinds("cuda12.1", log=said.append) == ("ort",) and "not built yet" in said[0]
+    assert dist.default_kinds("cpu", log=said.append) == ("ort", "torch")
+
+
+def test_the_distribution_names_keep_cuda_majors_apart():
+    from lab import wheel_stage
+
+    names = {wheel_stage.distribution_name(matrix.entry(n)) for n in ("cpu", "cuda11.8", "cuda12.1", "cuda12.4")}
+    assert names == {"myops-ort", "myops-ort-cu11", "myops-ort-cu12"}
 
 
 def test_publish_writes_each_wheel_with_its_sha256_and_refuses_a_changed_one(built, tmp_path):

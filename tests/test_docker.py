@@ -7,8 +7,10 @@ turns that skip into a failure, so CI cannot pass without running them.
 from __future__ import annotations
 
 import csv
+import json
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -74,17 +76,49 @@ def test_infer_verifies_the_plugin(cpu_images):
     assert "all models match" in out and out.count("ok  ") == 36, out
     assert out.count("ok   rms_norm-") == 12, out
     # The image's recorded contents checked first; the same digest as the manifest the build wrote.
-    recorded = docker.run(cpu_images["infer"], "-c", "from ort_plugin import contents; "
-                          "print(contents.digest(contents.manifest_lines(__import__('pathlib').Path('/opt/myops'))))",
+    # /opt/myops and the plugin's installed package and .dist-info
+    package = Path(docker.installed_plugin(matrix.entry("cpu"))).parent
+    recorded = docker.run(cpu_images["infer"], "-c", "from pathlib import Path; from ort_plugin import contents; "
+                          f"print(contents.digest(contents.manifest_lines(Path('/opt/myops'), [Path('{package}'), "
+                          f"*Path('{package.parent}').glob('myops_ort*.dist-info')])))",
                           entrypoint="python").stdout.decode().strip()
     assert f"verify: contents sha256 {recorded} (" in out, out
+
+
+def test_infer_runs_the_plugin_pip_installed_from_its_wheel(cpu_images):
+    """The plugin is the myops-ort package pip installed from the wheel the image carries, and the runner's
+    MYOPS_ORT_PLUGIN is that package's library."""
+    script = r"""
+import hashlib, json, os, pathlib, zipfile
+import myops_ort
+from importlib import metadata
+dist = metadata.distribution("myops-ort")
+(wheel,) = pathlib.Path("/opt/myops/wheels").glob("myops_ort-*.whl")
+print(json.dumps({"library": myops_ort.get_library_path(), "env": os.environ["MYOPS_ORT_PLUGIN"],
+                  "files": sorted(str(f) for f in dist.files), "installer": dist.read_text("INSTALLER").strip(),
+                  "direct_url": json.loads(dist.read_text("direct_url.json")), "wheel": wheel.name,
+                  "same_bytes": zipfile.ZipFile(wheel).read("myops_ort/libmyops_ort.so")
+                                == pathlib.Path(myops_ort.get_library_path()).read_bytes(), "build": myops_ort.BUILD,
+                  "old_path": os.path.exists("/opt/myops/lib"), "manifest": open("/opt/myops/CONTENTS").read()}))
+"""
+    result = docker.run(cpu_images["infer"], "-c", script, entrypoint="python")
+    assert result.returncode == 0, result.stderr.decode(errors="replace")
+    found = json.loads(result.stdout.decode())
+    expected = docker.installed_plugin(matrix.entry("cpu"))
+    assert found["library"] == found["env"] == expected, found
+    assert "myops_ort/libmyops_ort.so" in found["files"] and found["installer"] == "pip"
+    assert found["direct_url"]["url"] == f"file:///opt/myops/wheels/{found['wheel']}" and found["same_bytes"], found
+    assert found["wheel"].endswith("-py3-none-linux_x86_64.whl") and found["build"]["entry"] == "cpu"
+    assert not found["old_path"], "the library is no longer copied beside the wheel"
+    assert f"  {expected}\n" in found["manifest"], found["manifest"][:2000]
 
 
 def test_infer_doctor_is_green_without_torch(cpu_images):
     result = docker.run(cpu_images["infer"], "doctor", "/opt/myops/artifacts/ffn-custom-dynamo-opset18.onnx")
     out = result.stdout.decode(errors="replace")
     assert result.returncode == 0, out + result.stderr.decode(errors="replace")
-    for expected in ("doctor: all green", "plugin: /opt/myops/lib/libmyops_ort.so", "exported symbols: RegisterCustomOps",
+    plugin = docker.installed_plugin(matrix.entry("cpu"))
+    for expected in ("doctor: all green", f"plugin: {plugin}", "exported symbols: RegisterCustomOps",
                      "myops::Swish (1 node): registered by the plugin", "dynamic axes 0 (batch), 1 (seq)"):
         assert expected in out, out
 

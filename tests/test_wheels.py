@@ -124,7 +124,8 @@ def test_the_resolved_onnxruntime_is_read_off_its_elf(tmp_path):
 def test_committed_locks_are_made_from_the_matrix(name):
     """Every entry has its locks, and each says it was made from what matrix.yaml asks today."""
     entry = matrix.entry(name)
-    kinds = ["train", "infer"] if name != "cuda11.8" else ["infer"]  # cu118's torch index: not from here
+    # cu118's torch index: not from here
+    kinds = wheels.KINDS if name != "cuda11.8" else [k for k in wheels.KINDS if k != "train"]
     for kind in kinds:
         lock = wheels.lock_path(entry, kind)
         assert lock.exists(), f"{lock} missing: nox -s build -- {name}"
@@ -235,7 +236,7 @@ def _locks() -> list[tuple[str, str, object]]:
     for name in matrix.load()["entries"]:
         entry = matrix.entry(name)
         for plat in platforms.infer_platforms(entry):
-            for kind in ("train", "infer") if plat == platforms.PRIMARY else ("infer",):
+            for kind in wheels.KINDS if plat == platforms.PRIMARY else ("infer",):
                 if wheels.lock_path(entry, kind, plat).exists():
                     found.append((name, kind, plat))
     return found
