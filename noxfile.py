@@ -300,8 +300,8 @@ def wheels(session: nox.Session) -> None:
     parser.add_argument("--out", type=Path, help="where the wheels go (default dist/ENTRY)")
     args = _parse(session, parser)
     entry = _entry(session, args.entry)
-    if args.only == "ort" or (entry["device"] == "cuda" and args.only is None):
-        # the plugin wheel needs no torch (a CUDA entry's is built in its image): the tooling alone
+    if args.only == "ort" or entry["device"] == "cuda":
+        # the plugin wheel needs no torch, and a CUDA entry's wheels are built in its images: the tooling alone
         session.install("-r", str(TOOLS))
     else:
         _install(session, entry)

@@ -196,11 +196,16 @@ def _torch_stage(entry: dict, log) -> Path:
             raise DistError(f"ops/{module.name}: `{other[1].strip()}...` cannot be vendored into the wheel; write "
                             "`from opspec import NAME`, as the other ops do")
         (package / "ops" / module.name).write_text(text, encoding="utf-8")
-    # the extension's sources as ops/build.py finds them: ops/csrc/*.cpp (CPU), the kernels they include
+    # the extension's sources as ops/build.py finds them: ops/csrc/*.cpp (CPU) and csrc/cuda/*.cu, the kernels
+    # they include, and Highway's headers inside the stage (it is built in a container for a CUDA entry)
     wheel_stage.copy_tree(REPO / "ops" / "csrc", stage / "csrc")
     wheel_stage.copy_tree(REPO / "kernels", stage / "kernels")
-    config = {"version": VERSION, "entry": entry["id"],
-              "include_dirs": ["kernels", *map(str, highway.include_dirs(REPO, log=log))]}
+    include_dirs = ["kernels"]
+    for path in highway.include_dirs(REPO, log=log):
+        wheel_stage.copy_tree(path, stage / "headers" / "highway")
+        include_dirs.append("headers/highway")
+    config = {"version": VERSION, "entry": entry["id"], "cuda": entry["device"] == "cuda",
+              "include_dirs": include_dirs}
     write_text_atomic(stage / "build_config.json", json.dumps(config, indent=2, sort_keys=True) + "\n")
     wheel_stage.normalise_modes(stage)
     return stage
@@ -217,8 +222,30 @@ def _torch_of(python: str, entry: dict) -> dict:
     return json.loads(done.stdout)
 
 
+def cuda_torch_wheel(entry: dict, *, log=print) -> dict:
+    """A CUDA entry's extension wheel, built where its torch and nvcc are: the entry's train image (built
+    first when it is missing or stale), then checked and tagged by auditwheel here. What torch and its
+    NVIDIA wheels provide at run time is read from that image and left out of the wheel."""
+    stage = _torch_stage(entry, log)
+    raw_dir = wheel_stage.fresh(STAGE_ROOT / entry["id"] / "myops_torch-raw")
+    # the backend the host builds with (requirements/wheels.txt), not whatever the image's venv has
+    backend = wheel_stage.fresh(STAGE_ROOT / entry["id"] / "build-backend")
+    setuptools = f"setuptools=={tool_pins()['setuptools']}"
+    _run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--dest", str(backend), setuptools],
+         what=f"fetch {setuptools} for the train image's build", log=log)
+    try:
+        raw, provided_by_torch = docker.build_extension_wheel(entry["id"], stage, raw_dir, backend=backend, log=log)
+    except docker.DockerError as exc:
+        raise DistError(f"the {entry['id']} extension wheel is built in the entry's train image: {exc}") from exc
+    needs = sorted({n for libs in _needed_per_library(raw).values() for n in libs})
+    return _repair(raw, plat=None, exclude=[n for n in needs if n in provided_by_torch], log=log)
+
+
 def torch_wheel(entry: dict, *, log=print) -> dict:
-    """The extension wheel for the running interpreter's torch (the entry's pin), checked."""
+    """The extension wheel for the running interpreter's torch (the entry's pin), checked; a CUDA entry's
+    from its train image."""
+    if entry["device"] == "cuda":
+        return cuda_torch_wheel(entry, log=log)
     found = _torch_of(sys.executable, entry)
     if found["release"] != entry["torch"]["version"].split("+")[0]:
         raise DistError(f"this interpreter has torch {found['release']}; the entry {entry['id']!r} pins "
@@ -233,43 +260,39 @@ def torch_wheel(entry: dict, *, log=print) -> dict:
     return _repair(raw, plat=None, exclude=provided, library_path=torch_lib, log=log)
 
 
+def tool_pins(path: Path = None) -> dict[str, str]:
+    """{name: version} that requirements/wheels.txt pins, with the files it includes (-r plugin-build.txt)."""
+    pins = {}
+    for line in (path or WHEEL_TOOLS).read_text().splitlines():
+        line = line.split("#")[0].strip()
+        included = re.match(r"-r\s+(\S+)", line)
+        if included:
+            pins.update(tool_pins((path or WHEEL_TOOLS).parent / included[1]))
+        elif "==" in line:
+            name, version = line.split("==")
+            pins[name.strip()] = version.strip()
+    return pins
+
+
 def build_tools_problem() -> str | None:
     """Why the build tools are not the ones requirements/wheels.txt pins (pip builds without isolation,
     so it neither installs nor checks them, and another version makes other bytes); None: they are."""
     from importlib import metadata
 
-    def lines(path: Path) -> list[str]:  # with the files it includes (-r plugin-build.txt)
-        found = []
-        for line in path.read_text().splitlines():
-            included = re.match(r"\s*-r\s+(\S+)", line)
-            found += lines(path.parent / included[1]) if included else [line]
-        return found
-
     wrong = []
-    for line in lines(WHEEL_TOOLS):
-        if "==" in line and not line.lstrip().startswith("#"):
-            name, version = line.split("#")[0].strip().split("==")
-            try:
-                have = metadata.version(name)
-            except metadata.PackageNotFoundError:
-                have = None
-            if have != version:
-                wrong.append(f"{name} {have or 'missing'} (pinned {version})")
+    for name, version in tool_pins().items():
+        try:
+            have = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            have = None
+        if have != version:
+            wrong.append(f"{name} {have or 'missing'} (pinned {version})")
     if shutil.which("cmake") is None:
         wrong.append("cmake missing")
     if wrong:
         return (f"the wheel build tools are not as pinned: {', '.join(wrong)}: pip install -r "
                 f"{shown(WHEEL_TOOLS)} (nox -s wheels does), and install cmake")
     return None
-
-
-def default_kinds(entry_id: str, *, log=print) -> tuple[str, ...]:
-    """Both wheels; a CUDA entry's plugin wheel alone (its extension wheel is not built yet), said."""
-    if matrix.entry(entry_id)["device"] == "cuda":
-        log(f"[dist] {entry_id}: the plugin wheel only; the extension wheel of a CUDA entry is not built yet "
-            "(docs/wheels.md)")
-        return ("ort",)
-    return ("ort", "torch")
 
 
 def build_all(entry_id: str, out: Path, *, kinds=("ort", "torch"), plat: platforms.Platform = platforms.PRIMARY,
@@ -279,9 +302,6 @@ def build_all(entry_id: str, out: Path, *, kinds=("ort", "torch"), plat: platfor
     name is removed, so `pip install out/myops_ort-*.whl` finds one file. Nothing in `out` changes when a
     build fails."""
     entry = matrix.entry(entry_id)
-    if entry["device"] == "cuda" and "torch" in kinds:
-        raise DistError(f"{entry_id}: the extension wheel of a CUDA entry is not built yet (its CUDA kernels need "
-                        f"the train image's nvcc): `nox -s wheels -- {entry_id} --only ort` builds the plugin wheel")
     if entry["device"] == "cuda" and plat != platforms.PRIMARY:
         raise DistError(f"{entry_id}: its plugin wheel is built for {platforms.PRIMARY.machine} only (the entry's "
                         "infer_platforms in matrix.yaml)")
@@ -364,8 +384,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     out = args.out or REPO / "dist" / args.entry
     try:
-        build_all(args.entry, out, kinds=(args.only,) if args.only else default_kinds(args.entry),
-                  plat=platforms.get(args.arch))
+        build_all(args.entry, out, kinds=(args.only,) if args.only else ("ort", "torch"), plat=platforms.get(args.arch))
     except (DistError, ort_headers.HeadersNotFound, platforms.PlatformError, matrix.MatrixError,
             highway.HighwayNotFound) as exc:
         print(f"error: {exc}", file=sys.stderr)

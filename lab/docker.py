@@ -11,6 +11,7 @@ import functools
 import gzip
 import hashlib
 import http.server
+import json
 import os
 import shutil
 import subprocess
@@ -448,6 +449,50 @@ def build_plugin_wheel(entry_id: str, out: Path, *, log=print) -> Path:
     finally:
         _docker("rm", container, check=False)
     return out / built[0].name
+
+
+# Run in the train image: every library torch and its NVIDIA wheels install (what the extension may
+# leave to them at run time), by file name and by SONAME: PyPI's torch ships libgomp-a34b3233.so.1 whose
+# SONAME is libgomp.so.1, so the extension's libgomp.so.1 is torch's, already loaded when it loads.
+_TORCH_PROVIDES = """
+import glob, json, os, re, subprocess, torch
+site = os.path.dirname(os.path.dirname(torch.__file__))
+folders = [os.path.join(site, "torch", "lib"), *glob.glob(os.path.join(site, "nvidia", "*", "lib"))]
+files = [os.path.join(folder, name) for folder in folders for name in os.listdir(folder) if ".so" in name]
+sonames = re.findall(r"SONAME\\s+(\\S+)", subprocess.run(["objdump", "-p", *files], capture_output=True, text=True).stdout)
+print(json.dumps(sorted({os.path.basename(f) for f in files} | set(sonames))))
+"""
+
+
+def build_extension_wheel(entry_id: str, stage: Path, out: Path, *, backend: Path, log=print) -> tuple[Path, set[str]]:
+    """The extension wheel of `stage` (lab/dist.py's myops_torch folder) built in the entry's train image
+    (built first where missing or stale: its torch, nvcc and TORCH_CUDA_ARCH_LIST) with the build backend
+    wheels in `backend` (put first on its path), into `out`; with the names of the libraries torch
+    provides there. Not yet checked or tagged by auditwheel."""
+    train = build_images(entry_id, log=log)["train"]
+    out.mkdir(parents=True, exist_ok=True)
+    epoch = os.environ.get("SOURCE_DATE_EPOCH") or subprocess.run(
+        ["git", "log", "-1", "--format=%ct"], capture_output=True, text=True, cwd=REPO).stdout.strip() or "315532800"
+    # a copy of the read-only stage to build in (setuptools writes build/ beside setup.py), always at one
+    # path, so the binary's file names are the same from any checkout
+    script = ("set -e; umask 022; cp -r /stage /tmp/myops_torch; cd /tmp/myops_torch; "
+              "pip install -q --no-cache-dir --no-index --no-deps --target /tmp/backend /backend/*.whl >&2; "
+              "PYTHONPATH=/tmp/backend pip wheel --no-cache-dir --no-build-isolation --no-deps --no-index "
+              "--wheel-dir /tmp/wheels . >&2; "
+              "cp /tmp/wheels/*.whl /out/; python -c \"$PROVIDES\"")
+    log(f"[docker] building the extension wheel in {train} (its CUDA kernels: a few minutes) ...")
+    done = subprocess.run(["docker", "run", "--rm", "--network", "none", "-v", f"{stage}:/stage:ro",
+                           "-v", f"{backend}:/backend:ro", "-v", f"{out}:/out",
+                           "-e", f"SOURCE_DATE_EPOCH={epoch}", "-e", f"PROVIDES={_TORCH_PROVIDES}", "-e", "PYTHONPATH=",
+                           "--entrypoint", "sh", train, "-c", script],
+                          capture_output=True, text=True, errors="replace", env=daemon_env(None), timeout=7200)
+    if done.returncode != 0:
+        tail = "\n".join(done.stderr.strip().splitlines()[-30:])
+        raise DockerError(f"building the extension wheel in {train} failed (exit {done.returncode}):\n{tail}")
+    built = sorted(out.glob("myops_torch-*.whl"))
+    if len(built) != 1:
+        raise DockerError(f"the extension build in {train} wrote {[p.name for p in built]}, not one wheel")
+    return built[0], set(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
 def build_images(entry_id: str, *, base_overrides: dict | None = None, arches: tuple = ("amd64",), log=print) -> dict:

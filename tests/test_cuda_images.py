@@ -87,13 +87,19 @@ GLIBC_AND_CXX = {"libc.so.6", "libm.so.6", "libdl.so.2", "libpthread.so.0", "lib
 
 
 @pytest.fixture(scope="module")
-def cuda_plugin_wheel(proven, tmp_path_factory):
-    """`nox -s wheels -- cuda12.1`'s plugin wheel (its image's plugin stage, cached from the build above)."""
+def cuda_wheels(proven, tmp_path_factory):
+    """What `nox -s wheels -- cuda12.1` writes: the plugin wheel (the infer image's plugin stage) and the
+    extension wheel (built in the train image), both from the images built above."""
     from lab import dist
 
     out = tmp_path_factory.mktemp("dist")
-    (record,) = dist.build_all(ENTRY, out, kinds=("ort",), log=lambda message: None).values()
-    return out / record["wheel"], record
+    records = dist.build_all(ENTRY, out, log=lambda message: None)
+    return {kind: (out / record["wheel"], record) for kind, record in records.items()}
+
+
+@pytest.fixture(scope="module")
+def cuda_plugin_wheel(cuda_wheels):
+    return cuda_wheels["ort"]
 
 
 def test_the_cuda_plugin_wheel_is_the_infer_images_and_manylinux_2_28(cuda_plugin_wheel, tmp_path):
@@ -150,3 +156,60 @@ def test_the_cuda_plugin_loads_with_a_glibc_older_than_2_34(cuda_plugin_wheel, t
                    check=True, capture_output=True)
     refused = _loads_on_bullseye(tmp_path / "libcontrol.so")
     assert refused.returncode != 0 and "GLIBC_2.34' not found" in refused.stderr, refused.stdout + refused.stderr
+
+
+EXTENSION_CHECK = r"""
+import json, sys, torch, myops_torch
+from importlib import metadata
+assert "site-packages" in myops_torch.__file__, myops_torch.__file__
+x, weight = torch.randn(4, 16, 64), torch.rand(64) + 0.5
+torch.testing.assert_close(torch.ops.myops.swish(x), x * torch.sigmoid(x))
+torch.testing.assert_close(myops_torch.rms_norm(x, weight, 1e-6),
+                           x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * weight)
+assert torch.autograd.gradcheck(torch.ops.myops.swish, (torch.randn(3, 8, dtype=torch.float64, requires_grad=True),))
+torch.library.opcheck(torch.ops.myops.swish.default, (x,))
+try:
+    myops_torch.check_torch(torch.__version__, None)  # the same release, a CPU build
+    refused = None
+except myops_torch.TorchMismatch as exc:
+    refused = str(exc)
+print(json.dumps({"build": myops_torch.BUILD, "torch": torch.__version__, "refused_cpu_torch": refused,
+                  "requires": [r for r in metadata.requires("myops-torch") if r.startswith("torch")]}))
+"""
+
+
+def test_the_cuda_extension_wheel_holds_the_entrys_architectures_and_leaves_torch_to_torch(cuda_wheels, tmp_path):
+    import zipfile
+
+    wheel, record = cuda_wheels["torch"]
+    entry = matrix.entry(ENTRY)
+    assert wheel.name.startswith("myops_torch-0.1.0+torch2.4.1.cu121-cp311-cp311-manylinux_"), wheel.name
+    (needs,) = record["needs"].values()
+    # torch's libraries and its NVIDIA wheels' CUDA runtime: left to them (auditwheel --exclude), not copied in
+    assert {"libc10.so", "libc10_cuda.so", "libtorch_cpu.so", "libcudart.so.12", "libgomp.so.1"} <= set(needs), needs
+    assert set(needs) - set(record["provided_at_run_time"]) <= GLIBC_AND_CXX, record
+    with zipfile.ZipFile(wheel) as archive:
+        (name,) = [n for n in archive.namelist() if n.startswith("myops_torch/_myops") and n.endswith(".so")]
+        (tmp_path / "_myops.so").write_bytes(archive.read(name))
+    proof._toolkit_on_path(entry)  # the entry's own cuobjdump
+    found = proof._archs(tmp_path / "_myops.so", matrix.build_archs(entry)[0])
+    assert found.ok, found.detail
+
+
+def test_the_cuda_extension_wheel_runs_pip_installed_beside_the_entrys_torch(cuda_wheels):
+    """pip installs it into the train image's environment (torch 2.4.1+cu121; a throwaway container, no
+    network): the ops on the CPU against their formulas, gradcheck, opcheck; a CPU torch is refused."""
+    import json
+
+    wheel, _ = cuda_wheels["torch"]
+    train = docker.image_tags(matrix.entry(ENTRY))["train"]
+    script = f"cd /tmp && pip install -q --no-deps --no-index /wheels/{wheel.name} && python -I -c \"$CHECK\""
+    done = subprocess.run(["docker", "run", "--rm", "--network", "none", "-v", f"{wheel.parent}:/wheels:ro",
+                           "-e", f"CHECK={EXTENSION_CHECK}", "--entrypoint", "sh", train, "-c", script],
+                          capture_output=True, text=True, timeout=900, env=docker.daemon_env(None))
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["build"]["torch_cuda"] == "12.1" and report["torch"] == "2.4.1+cu121", report
+    assert report["build"]["torch_cuda_arch_list"] == " ".join(matrix.build_archs(matrix.entry(ENTRY))[0]), report
+    assert report["requires"] == ["torch==2.4.1"], report
+    assert "is a CPU build: install the torch build for CUDA 12.1" in report["refused_cpu_torch"], report

@@ -1,6 +1,8 @@
 """The compiled part of the myops-torch wheel, built in a stage that lab/dist.py assembles (csrc/,
 kernels/, the package) against the torch of the interpreter that runs it: the wheel's version label,
-its torch requirement and myops_torch/build.json all come from that torch."""
+its torch requirement and myops_torch/build.json all come from that torch. A CUDA entry's stage
+(build_config.json "cuda") adds the CUDA kernels, for TORCH_CUDA_ARCH_LIST's architectures; it is
+built in the entry's train image, where the matching nvcc is."""
 import json
 import os
 import sys
@@ -8,20 +10,27 @@ from pathlib import Path
 
 import torch
 from setuptools import setup
-from torch.utils.cpp_extension import BuildExtension, CppExtension
+from torch.utils.cpp_extension import BuildExtension, CppExtension, CUDAExtension
 
 HERE = Path(__file__).resolve().parent
 if not (HERE / "build_config.json").exists():
     sys.exit("this folder is built from a stage that lab/dist.py assembles (sources, kernels, the ops' Python): "
              "run `nox -s wheels -- ENTRY`")
 config = json.loads((HERE / "build_config.json").read_text())  # lab/dist.py: the lab's version, include dirs
-if torch.version.cuda and os.environ.get("MYOPS_NO_CUDA") != "1":
-    sys.exit("myops-torch wheels are built for the CPU only so far: set MYOPS_NO_CUDA=1 to build the CPU kernels "
-             "against this CUDA torch")
+cuda = bool(config.get("cuda"))
+if cuda and not (torch.version.cuda and os.environ.get("TORCH_CUDA_ARCH_LIST")):
+    sys.exit(f"this stage is for a CUDA entry ({config['entry']}) but torch {torch.__version__} is a CPU build or "
+             "TORCH_CUDA_ARCH_LIST is unset: build it with `nox -s wheels -- ENTRY`, which runs the entry's train image")
+if not cuda and torch.version.cuda and os.environ.get("MYOPS_NO_CUDA") != "1":
+    sys.exit("this stage is for a CPU entry but torch is a CUDA build: set MYOPS_NO_CUDA=1 to build the CPU kernels "
+             "against it")
 
 release = torch.__version__.split("+")[0]
-facts = {"torch": release, "torch_cuda": None, "cxx11_abi": int(torch._C._GLIBCXX_USE_CXX11_ABI)}
-version = f"{config['version']}+torch{release}.cpu"
+label = f"cu{torch.version.cuda.replace('.', '')}" if cuda else "cpu"  # +torch2.4.1.cu121, as torch labels itself
+facts = {"torch": release, "torch_cuda": torch.version.cuda if cuda else None,
+         "cxx11_abi": int(torch._C._GLIBCXX_USE_CXX11_ABI),
+         "torch_cuda_arch_list": os.environ["TORCH_CUDA_ARCH_LIST"] if cuda else None}
+version = f"{config['version']}+torch{release}.{label}"
 (HERE / "myops_torch" / "build.json").write_text(json.dumps({"version": version, "entry": config["entry"], **facts},
                                                             indent=2, sort_keys=True) + "\n")
 
@@ -32,12 +41,19 @@ openmp = ["-fopenmp"] if "OpenMP" in backend else []
 site_packages = Path(torch.__file__).resolve().parent.parent
 path_free = [f"-ffile-prefix-map={HERE}=.", f"-ffile-prefix-map={site_packages}=site-packages"]
 
-extension = CppExtension(
+# As ops/build.py: the ops' CUDA adapters (csrc/cuda/*.cu) and the shared kernels (kernels/*_cuda.cu);
+# setuptools names objects by their paths, so files of one name in two folders do not collide.
+sources = sorted(HERE.glob("csrc/*.cpp"))
+if cuda:
+    sources += sorted(HERE.glob("csrc/cuda/*.cu")) + sorted(HERE.glob("kernels/*_cuda.cu"))
+extension = (CUDAExtension if cuda else CppExtension)(
     "myops_torch._myops",
-    sources=sorted(str(p.relative_to(HERE)) for p in (HERE / "csrc").glob("*.cpp")),
+    sources=[str(p.relative_to(HERE)) for p in sources],
     include_dirs=config["include_dirs"],
-    extra_compile_args=["-O3", *openmp, *path_free],
-    # --discard-all: no local symbols, so two builds of the same sources give the same bytes
+    extra_compile_args={"cxx": ["-O3", *openmp, *path_free],
+                        "nvcc": ["-O3", *[f for flag in path_free for f in ("-Xcompiler", flag)]]},
+    # --discard-all: no local symbols (nvcc's host pass names a tmpxft_<pid> file), so two builds of the
+    # same sources give the same bytes
     extra_link_args=[*openmp, "-Wl,--discard-all"],
 )
 
