@@ -39,12 +39,13 @@ def _parse(session: nox.Session, parser: argparse.ArgumentParser) -> argparse.Na
     return args
 
 
-def _entry(session: nox.Session, entry_id: str) -> dict:
+def _entry(session: nox.Session, entry_id: str, *, cuda_ok: bool = False) -> dict:
+    """The matrix entry; a CUDA one only for a session that builds it in its images (cuda_ok)."""
     try:
         entry = matrix.entry(entry_id)
     except matrix.MatrixError as exc:
         session.error(str(exc))
-    if entry["device"] == "cuda":
+    if entry["device"] == "cuda" and not cuda_ok:
         session.error(
             f"entry '{entry_id}' is a CUDA entry: the local backend builds only the cpu entry on this machine. "
             "Build its images with the docker backend, or run on a GPU host with its CUDA toolkit."
@@ -299,7 +300,7 @@ def wheels(session: nox.Session) -> None:
                         "(cross-compiled with Debian's g++-aarch64-linux-gnu; with --only ort)")
     parser.add_argument("--out", type=Path, help="where the wheels go (default dist/ENTRY)")
     args = _parse(session, parser)
-    entry = _entry(session, args.entry)
+    entry = _entry(session, args.entry, cuda_ok=True)  # a CUDA entry's wheels are built in its images
     if args.only == "ort" or entry["device"] == "cuda":
         # the plugin wheel needs no torch, and a CUDA entry's wheels are built in its images: the tooling alone
         session.install("-r", str(TOOLS))

@@ -7,7 +7,7 @@ ARG BASE_BUILD
 ARG BASE_RUNTIME
 ARG TRAIN_IMAGE
 
-# The plugin, built as its wheel (wheels/myops_ort, staged by lab/dist.py into plugin-wheel/) by
+# The plugin, built as its wheel (wheels/myops_ort, staged into plugin-wheel/ by lab/wheel_stage.py) by
 # scikit-build-core from the plugin lock, against the pinned ORT headers only (no torch in this stage).
 # First, so that `--target plugin` (nox -s wheels for a CUDA entry) builds nothing else.
 FROM ${BASE_BUILD} AS plugin

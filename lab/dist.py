@@ -10,8 +10,9 @@ it ships), built by pip without build isolation (the tools are pinned in require
 then checked and tagged by auditwheel. The plugin must need nothing outside the manylinux_2_28
 policy; the extension needs torch's own libraries, which torch provides at run time and auditwheel is
 told to leave out. dist/<entry>/wheels.json records each wheel's sha256, policy and what it needs.
-A CUDA entry's plugin wheel (myops-ort-cu<major>) is built by its infer image's plugin stage, where
-the entry's nvcc is, and checked here the same way.
+A CUDA entry's wheels are built where its nvcc is, in its images: the plugin (myops-ort-cu<major>) by
+the infer image's plugin stage, the extension (+torch<release>.cu<cuda>) in the train image; both are
+checked here the same way.
 """
 from __future__ import annotations
 

@@ -444,7 +444,8 @@ def build_plugin_wheel(entry_id: str, out: Path, *, log=print) -> Path:
             _docker("cp", f"{container}:/wheels/.", tmp)
             built = sorted(Path(tmp).glob("*.whl"))
             if len(built) != 1:
-                raise DockerError(f"the plugin stage of {tag} holds {[p.name for p in built]} in /wheels, not one wheel")
+                raise DockerError(f"the plugin stage of {tag} holds {[p.name for p in built]} in /wheels, not one "
+                                  f"wheel: remove the image (docker rmi {tag}) and run again")
             os.replace(built[0], out / built[0].name)
     finally:
         _docker("rm", container, check=False)
@@ -481,18 +482,27 @@ def build_extension_wheel(entry_id: str, stage: Path, out: Path, *, backend: Pat
               "--wheel-dir /tmp/wheels . >&2; "
               "cp /tmp/wheels/*.whl /out/; python -c \"$PROVIDES\"")
     log(f"[docker] building the extension wheel in {train} (its CUDA kernels: a few minutes) ...")
-    done = subprocess.run(["docker", "run", "--rm", "--network", "none", "-v", f"{stage}:/stage:ro",
-                           "-v", f"{backend}:/backend:ro", "-v", f"{out}:/out",
-                           "-e", f"SOURCE_DATE_EPOCH={epoch}", "-e", f"PROVIDES={_TORCH_PROVIDES}", "-e", "PYTHONPATH=",
-                           "--entrypoint", "sh", train, "-c", script],
-                          capture_output=True, text=True, errors="replace", env=daemon_env(None), timeout=7200)
+    try:
+        done = _run_extension_build(train, stage, backend, out, epoch, script)
+    except subprocess.TimeoutExpired:
+        raise DockerError(f"building the extension wheel in {train} took over 2 hours and was stopped: is the "
+                          "machine short of memory or CPUs (docker stats)? Run it again") from None
     if done.returncode != 0:
         tail = "\n".join(done.stderr.strip().splitlines()[-30:])
         raise DockerError(f"building the extension wheel in {train} failed (exit {done.returncode}):\n{tail}")
     built = sorted(out.glob("myops_torch-*.whl"))
     if len(built) != 1:
-        raise DockerError(f"the extension build in {train} wrote {[p.name for p in built]}, not one wheel")
+        raise DockerError(f"the extension build in {train} wrote {[p.name for p in built]} into {out}, not one "
+                          "wheel: remove that folder and run again")
     return built[0], set(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def _run_extension_build(train: str, stage: Path, backend: Path, out: Path, epoch: str, script: str):
+    return subprocess.run(["docker", "run", "--rm", "--network", "none", "-v", f"{stage}:/stage:ro",
+                           "-v", f"{backend}:/backend:ro", "-v", f"{out}:/out",
+                           "-e", f"SOURCE_DATE_EPOCH={epoch}", "-e", f"PROVIDES={_TORCH_PROVIDES}", "-e", "PYTHONPATH=",
+                           "--entrypoint", "sh", train, "-c", script],
+                          capture_output=True, text=True, errors="replace", env=daemon_env(None), timeout=7200)
 
 
 def build_images(entry_id: str, *, base_overrides: dict | None = None, arches: tuple = ("amd64",), log=print) -> dict:

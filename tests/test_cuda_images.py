@@ -148,12 +148,14 @@ def test_the_cuda_plugin_loads_with_a_glibc_older_than_2_34(cuda_plugin_wheel, t
     (tmp_path / "libmyops_ort.so").write_bytes(zipfile.ZipFile(wheel).read("myops_ort/libmyops_ort.so"))
     loaded = _loads_on_bullseye(tmp_path / "libmyops_ort.so")
     assert loaded.returncode == 0 and "loaded with glibc 2.31" in loaded.stdout, loaded.stdout + loaded.stderr
-    # the control: pthread_create bound on this machine's glibc, as cudart_static's was before the stand-ins
-    source = tmp_path / "control.cc"
-    source.write_text('#include <pthread.h>\nextern "C" int start(void *(*f)(void *)) '
-                      '{ pthread_t t; return pthread_create(&t, nullptr, f, nullptr); }\n')
-    subprocess.run(["g++", "-shared", "-fPIC", "-o", str(tmp_path / "libcontrol.so"), str(source), "-lpthread"],
-                   check=True, capture_output=True)
+    # the control: pthread_create bound on the entry's build base (bookworm, glibc 2.36), as cudart_static's
+    # was before the stand-ins
+    (tmp_path / "control.cc").write_text('#include <pthread.h>\nextern "C" int start(void *(*f)(void *)) '
+                                         '{ pthread_t t; return pthread_create(&t, nullptr, f, nullptr); }\n')
+    build_base = docker.ensure_base_image("build", matrix.entry(ENTRY)["base_images"]["build"], log=lambda m: None)
+    subprocess.run(["docker", "run", "--rm", "--network", "none", "-v", f"{tmp_path}:/w", build_base, "g++", "-shared",
+                    "-fPIC", "-o", "/w/libcontrol.so", "/w/control.cc", "-lpthread"], check=True, capture_output=True,
+                   env=docker.daemon_env(None))
     refused = _loads_on_bullseye(tmp_path / "libcontrol.so")
     assert refused.returncode != 0 and "GLIBC_2.34' not found" in refused.stderr, refused.stdout + refused.stderr
 

@@ -143,6 +143,20 @@ def test_a_cuda_entrys_wheels_are_for_its_own_architecture_only(tmp_path):
     assert not any(tmp_path.iterdir())
 
 
+@pytest.mark.skipif(shutil.which("nox") is None and not (Path(sys.executable).parent / "nox").exists(),
+                    reason="nox is not installed beside this Python")
+def test_nox_wheels_takes_a_cuda_entry_to_lab_dist(tmp_path):
+    """`nox -s wheels -- cuda12.1` is not refused as the local backend's sessions refuse a CUDA entry: it
+    installs the tooling alone (no torch) and reaches lab.dist (here its refusal of an arm64 CUDA wheel,
+    which builds nothing)."""
+    nox = shutil.which("nox") or str(Path(sys.executable).parent / "nox")
+    out = subprocess.run([nox, "--envdir", str(tmp_path / "nox"), "-s", "wheels", "--", "cuda12.1", "--arch", "arm64"],
+                         cwd=REPO, capture_output=True, text=True, timeout=900)
+    said = out.stdout + out.stderr
+    assert out.returncode != 0 and "its plugin wheel is built for x86_64 only" in said, said[-3000:]
+    assert "the local backend builds only the cpu entry" not in said, said[-3000:]
+
+
 def test_the_distribution_names_keep_cuda_majors_apart():
     from lab import wheel_stage
 
