@@ -27,7 +27,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-from . import docker, highway, matrix, ort_headers, platforms, wheel_stage
+from . import docker, highway, matrix, ort_headers, platforms, wheel_stage, wheels
 from .files import shown, write_text_atomic
 
 REPO = Path(__file__).resolve().parent.parent
@@ -229,11 +229,16 @@ def cuda_torch_wheel(entry: dict, *, log=print) -> dict:
     NVIDIA wheels provide at run time is read from that image and left out of the wheel."""
     stage = _torch_stage(entry, log)
     raw_dir = wheel_stage.fresh(STAGE_ROOT / entry["id"] / "myops_torch-raw")
-    # the backend the host builds with (requirements/wheels.txt), not whatever the image's venv has
+    # the backend the host builds with (requirements/extension-build.txt), not whatever the image's venv has:
+    # the entry's lock of it, its files fetched by hash into the wheelhouse, then handed to the build
     backend = wheel_stage.fresh(STAGE_ROOT / entry["id"] / "build-backend")
-    setuptools = f"setuptools=={tool_pins()['setuptools']}"
-    _run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--dest", str(backend), setuptools],
-         what=f"fetch {setuptools} for the train image's build", log=log)
+    try:
+        lock = wheels.wheelhouse(entry, kinds=("extension",), log=log)["extension"]
+        for pinned in wheels.read_lock(lock)[1]:
+            shutil.copy2(wheels.find_wheel(wheels.wheelhouse_dir(entry), pinned.name, pinned.version), backend)
+    except wheels.WheelError as exc:
+        raise DistError(str(exc)) from exc
+    shutil.copy2(lock, backend / "lock.txt")
     try:
         raw, provided_by_torch = docker.build_extension_wheel(entry["id"], stage, raw_dir, backend=backend, log=log)
     except docker.DockerError as exc:

@@ -468,7 +468,8 @@ print(json.dumps(sorted({os.path.basename(f) for f in files} | set(sonames))))
 def build_extension_wheel(entry_id: str, stage: Path, out: Path, *, backend: Path, log=print) -> tuple[Path, set[str]]:
     """The extension wheel of `stage` (lab/dist.py's myops_torch folder) built in the entry's train image
     (built first where missing or stale: its torch, nvcc and TORCH_CUDA_ARCH_LIST) with the build backend
-    wheels in `backend` (put first on its path), into `out`; with the names of the libraries torch
+    in `backend` (its wheels and lock.txt, installed with their hashes checked and put first on its path),
+    into `out`; with the names of the libraries torch
     provides there. Not yet checked or tagged by auditwheel."""
     train = build_images(entry_id, log=log)["train"]
     out.mkdir(parents=True, exist_ok=True)
@@ -477,7 +478,8 @@ def build_extension_wheel(entry_id: str, stage: Path, out: Path, *, backend: Pat
     # a copy of the read-only stage to build in (setuptools writes build/ beside setup.py), always at one
     # path, so the binary's file names are the same from any checkout
     script = ("set -e; umask 022; cp -r /stage /tmp/myops_torch; cd /tmp/myops_torch; "
-              "pip install -q --no-cache-dir --no-index --no-deps --target /tmp/backend /backend/*.whl >&2; "
+              "pip install -q --no-cache-dir --no-index --find-links /backend --require-hashes -r /backend/lock.txt "
+              "--target /tmp/backend >&2; "
               "PYTHONPATH=/tmp/backend pip wheel --no-cache-dir --no-build-isolation --no-deps --no-index "
               "--wheel-dir /tmp/wheels . >&2; "
               "cp /tmp/wheels/*.whl /out/; python -c \"$PROVIDES\"")
@@ -520,7 +522,7 @@ def build_images(entry_id: str, *, base_overrides: dict | None = None, arches: t
     if plan["not_built"]:
         log(f"[docker] {entry_id}: not built here, the toolkit cannot target them: {'; '.join(plan['not_built'])}")
     try:
-        locks = wheels.wheelhouse(entry, kinds=wheels.KINDS, log=log)
+        locks = wheels.wheelhouse(entry, kinds=(*wheels.IMAGE_KINDS, "plugin"), log=log)
         toolkit_home = toolkit.assemble(entry, log=log) if entry["device"] == "cuda" and not overrides.get("build") else None
     except (wheels.WheelError, toolkit.ToolkitError, debian.DebianError) as exc:
         raise DockerError(str(exc)) from exc

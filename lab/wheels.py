@@ -27,11 +27,14 @@ REPO = Path(__file__).resolve().parent.parent
 LOCKS = REPO / "docker" / "locks"
 WHEELHOUSE = REPO / "build" / "wheelhouse"
 TOOLS = REPO / "requirements" / "tools.txt"
-# The plugin wheel's build backend, for the infer image's plugin stage (which runs on the build base,
-# always the primary platform's: another architecture's plugin is cross-compiled there).
-PLUGIN_BUILD = REPO / "requirements" / "plugin-build.txt"
-# Lock kinds: one per image, and "plugin" for the infer image's plugin stage.
-KINDS = ("train", "infer", "plugin")
+# The wheels' build backends, each locked per entry: "plugin" for the infer image's plugin stage (which
+# runs on the build base, always the primary platform's: another architecture's plugin is cross-compiled
+# there), "extension" for a CUDA entry's extension wheel built in its train image.
+BACKENDS = {"plugin": REPO / "requirements" / "plugin-build.txt",
+            "extension": REPO / "requirements" / "extension-build.txt"}
+# Lock kinds: one per image, then the build backends'.
+IMAGE_KINDS = ("train", "infer")
+KINDS = (*IMAGE_KINDS, *BACKENDS)
 INDEX_MARK = "# index: "
 
 # The NVIDIA wheels that hold what onnxruntime's CUDA provider links against (cudart, cuBLAS,
@@ -100,8 +103,8 @@ class Requirement:
 
 
 def requirements(entry: dict, kind: str) -> list[Requirement]:
-    if kind == "plugin":
-        return [Requirement(f"-r {PLUGIN_BUILD.relative_to(REPO)}")]
+    if kind in BACKENDS:
+        return [Requirement(f"-r {BACKENDS[kind].relative_to(REPO)}")]
     ort = entry["onnxruntime"]
     ort_req = Requirement(f"{ort['package']}=={ort['version']}", ort["index"])
     if kind == "train":
