@@ -292,7 +292,8 @@ def tests(session: nox.Session) -> None:
 @nox.session
 def wheels(session: nox.Session) -> None:
     """Build the wheels users pip install into dist/ENTRY/: myops-ort (the ONNX Runtime plugin, no torch)
-    and myops-torch (the extension for the entry's torch), checked and tagged by auditwheel."""
+    and myops-torch (the extension for the entry's torch), checked and tagged by auditwheel; a CUDA
+    entry's (myops-ort-cu12, +torch2.4.1.cu121) are built in its images, with Docker."""
     parser = argparse.ArgumentParser(prog="nox -s wheels --", description=wheels.__doc__)
     parser.add_argument("entry", nargs="?", default=matrix.DEFAULT_ENTRY)
     parser.add_argument("--only", choices=["ort", "torch"], help="build one of the two")
