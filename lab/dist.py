@@ -90,10 +90,8 @@ def policy_glibc(policy: str | None) -> tuple[int, int]:
 
 
 def _needed_per_library(wheel: Path) -> dict[str, list[str]]:
-    from .wheels import elf_needed
-
     with zipfile.ZipFile(wheel) as archive:
-        return {name: elf_needed(archive.read(name)) for name in archive.namelist() if name.endswith(".so")}
+        return {name: wheels.elf_needed(archive.read(name)) for name in archive.namelist() if name.endswith(".so")}
 
 
 def _repair(raw: Path, *, plat: str | None, exclude: list[str], library_path: Path | None = None, log) -> dict:
