@@ -238,7 +238,8 @@ def cuda_torch_wheel(entry: dict, *, log=print) -> dict:
         raise DistError(str(exc)) from exc
     shutil.copy2(lock, backend / "lock.txt")
     try:
-        raw, provided_by_torch = docker.build_extension_wheel(entry["id"], stage, raw_dir, backend=backend, log=log)
+        raw, provided_by_torch = docker.build_extension_wheel(entry["id"], stage, raw_dir, backend=backend,
+                                                             epoch=_source_date_epoch(), log=log)
     except docker.DockerError as exc:
         raise DistError(f"the {entry['id']} extension wheel is built in the entry's train image: {exc}") from exc
     needs = sorted({n for libs in _needed_per_library(raw).values() for n in libs})

@@ -301,10 +301,6 @@ def installed_plugin(entry: dict) -> str:
     return f"/opt/venv/lib/python{entry['python']}/site-packages/myops_ort/libmyops_ort.so"
 
 
-# In the infer image beside the installed plugin: the wheel pip installed it from (docker cp takes it out).
-PLUGIN_WHEELS_IN_IMAGE = "/opt/myops/wheels"
-
-
 # ---------------------------------------------------------------- images
 
 def image_tags(entry: dict, plat: platforms.Platform = platforms.PRIMARY) -> dict:
@@ -465,16 +461,15 @@ print(json.dumps(sorted({os.path.basename(f) for f in files} | set(sonames))))
 """
 
 
-def build_extension_wheel(entry_id: str, stage: Path, out: Path, *, backend: Path, log=print) -> tuple[Path, set[str]]:
+def build_extension_wheel(entry_id: str, stage: Path, out: Path, *, backend: Path, epoch: str,
+                          log=print) -> tuple[Path, set[str]]:
     """The extension wheel of `stage` (lab/dist.py's myops_torch folder) built in the entry's train image
     (built first where missing or stale: its torch, nvcc and TORCH_CUDA_ARCH_LIST) with the build backend
     in `backend` (its wheels and lock.txt, installed with their hashes checked and put first on its path),
-    into `out`; with the names of the libraries torch
+    its zip dated SOURCE_DATE_EPOCH `epoch`, into `out`; with the names of the libraries torch
     provides there. Not yet checked or tagged by auditwheel."""
     train = build_images(entry_id, log=log)["train"]
     out.mkdir(parents=True, exist_ok=True)
-    epoch = os.environ.get("SOURCE_DATE_EPOCH") or subprocess.run(
-        ["git", "log", "-1", "--format=%ct"], capture_output=True, text=True, cwd=REPO).stdout.strip() or "315532800"
     # a copy of the read-only stage to build in (setuptools writes build/ beside setup.py), always at one
     # path, so the binary's file names are the same from any checkout
     script = ("set -e; umask 022; cp -r /stage /tmp/myops_torch; cd /tmp/myops_torch; "

@@ -11,8 +11,8 @@ from . import matrix, platforms, toolkit, wheels
 
 
 def relock(entry_id: str, *, log=print) -> list[Path]:
-    """Resolve an entry's image locks anew (train, infer and the plugin stage's, then the infer image's
-    other architectures), and a CUDA entry's toolkit lock, and rewrite them; the old lock
+    """Resolve an entry's image locks anew (train, infer and the wheels' build backends', then the
+    infer image's other architectures), and a CUDA entry's toolkit lock, and rewrite them; the old lock
     stays until its new one is complete."""
     entry = matrix.entry(entry_id)
     written = []
