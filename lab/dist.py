@@ -36,6 +36,7 @@ STAGE_ROOT = REPO / "build" / "dist"
 VERSION = wheel_stage.VERSION
 # The plugin wheel's promise: manylinux_2_28 or older (its tag is the most compatible policy auditwheel finds).
 PLUGIN_GLIBC = (2, 28)
+PLUGIN_POLICY = "manylinux_2_28"
 # ops/ modules that drive the lab (they import lab/, ort_plugin/, infer/): not part of what users import.
 LAB_ONLY_MODULES = {"artifacts", "build", "check_archs", "doctor", "fuse"}
 
@@ -153,16 +154,58 @@ def plugin_wheel(entry: dict, *, plat: platforms.Platform = platforms.PRIMARY, l
                      what=f"build the myops-ort wheel for {plat.machine}", log=log,
                      # the wheel's platform tag (scikit-build-core reads it, as setuptools does)
                      env={"_PYTHON_HOST_PLATFORM": f"linux-{plat.machine}"})
-    return _repaired_plugin(raw, log, why="it was compiled against a newer glibc or libstdc++ than Debian "
-                            "bookworm's (the lab's build base); build it there")
+    return _repaired_plugin(raw, log, machine=plat.machine, why="it was compiled against a newer glibc or "
+                            "libstdc++ than Debian bookworm's (the lab's build base); build it there")
 
 
-def _repaired_plugin(raw: Path, log, *, why: str) -> dict:
-    """auditwheel's record of a plugin wheel, refused when it needs more than the manylinux_2_28 it promises."""
+def allowed_symbol_versions(policy: str, machine: str) -> dict[str, set[str]]:
+    """{"GLIBC": {"2.2.5", ...}, "GLIBCXX": ...}: what auditwheel's own policy file lets `policy` take."""
+    import auditwheel
+
+    listed = json.loads((Path(auditwheel.__file__).parent / "policy" / "manylinux-policy.json").read_text())
+    found = next((p for p in listed if p["name"] == policy), None)
+    if found is None or machine not in found["symbol_versions"]:
+        raise DistError(f"auditwheel {auditwheel.__version__} has no policy {policy} for {machine}: is auditwheel the "
+                        "version requirements/wheels.txt pins?")
+    return {prefix: set(versions) for prefix, versions in found["symbol_versions"][machine].items()}
+
+
+def symbols_beyond(library: bytes, allowed: dict[str, set[str]]) -> list[str]:
+    """name@VERSION of each symbol the library takes from another at a version `allowed` does not hold
+    (GLIBC_2.34 where manylinux_2_28 stops at 2.28), read off its .gnu.version and .gnu.version_r."""
+    import io
+
+    from elftools.elf.elffile import ELFFile
+
+    elf = ELFFile(io.BytesIO(library))
+    dynsym, versym = elf.get_section_by_name(".dynsym"), elf.get_section_by_name(".gnu.version")
+    needed = elf.get_section_by_name(".gnu.version_r")
+    if dynsym is None or versym is None or needed is None:
+        return []
+    names = {aux.entry["vna_other"]: aux.name for _, auxes in needed.iter_versions() for aux in auxes}
+    beyond = set()
+    for index, symbol in enumerate(dynsym.iter_symbols()):
+        version = names.get(versym.get_symbol(index).entry["ndx"])
+        if symbol["st_shndx"] != "SHN_UNDEF" or not version or "_" not in version:
+            continue
+        prefix, number = version.rsplit("_", 1)
+        if prefix in allowed and number not in allowed[prefix]:
+            beyond.add(f"{symbol.name}@{version}")
+    return sorted(beyond)
+
+
+def _repaired_plugin(raw: Path, log, *, why: str, machine: str = platforms.PRIMARY.machine) -> dict:
+    """auditwheel's record of a plugin wheel, refused when it needs more than the manylinux_2_28 it promises;
+    the refusal names the symbols that need more (the first few)."""
     record = _repair(raw, plat=None, exclude=[], log=log)
     if policy_glibc(record["policy"]) > PLUGIN_GLIBC:
-        raise DistError(f"the plugin's symbol versions need {record['policy']}, newer than manylinux_2_28, which the "
-                        f"wheel promises: {why}")
+        allowed = allowed_symbol_versions(PLUGIN_POLICY, machine)
+        with zipfile.ZipFile(record["path"]) as archive:
+            beyond = sorted({s for n in archive.namelist() if n.endswith(".so")
+                             for s in symbols_beyond(archive.read(n), allowed)})
+        shown_symbols = ", ".join(beyond[:8]) + (f" and {len(beyond) - 8} more" if len(beyond) > 8 else "")
+        raise DistError(f"the plugin's symbol versions need {record['policy']}, newer than {PLUGIN_POLICY}, which the "
+                        f"wheel promises ({shown_symbols or 'auditwheel names no symbol'}): {why}")
     return record
 
 
@@ -279,9 +322,10 @@ def tool_pins(path: Path = None) -> dict[str, str]:
     return pins
 
 
-def build_tools_problem() -> str | None:
+def build_tools_problem(*, cmake: bool = True) -> str | None:
     """Why the build tools are not the ones requirements/wheels.txt pins (pip builds without isolation,
-    so it neither installs nor checks them, and another version makes other bytes); None: they are."""
+    so it neither installs nor checks them, and another version makes other bytes); None: they are.
+    cmake False: the builds run in the entry's images (a CUDA entry), which have their own."""
     from importlib import metadata
 
     wrong = []
@@ -292,11 +336,11 @@ def build_tools_problem() -> str | None:
             have = None
         if have != version:
             wrong.append(f"{name} {have or 'missing'} (pinned {version})")
-    if shutil.which("cmake") is None:
+    if cmake and shutil.which("cmake") is None:
         wrong.append("cmake missing")
     if wrong:
         return (f"the wheel build tools are not as pinned: {', '.join(wrong)}: pip install -r "
-                f"{shown(WHEEL_TOOLS)} (nox -s wheels does), and install cmake")
+                f"{shown(WHEEL_TOOLS)} (nox -s wheels does)" + (", and install cmake" if cmake else ""))
     return None
 
 
@@ -313,7 +357,7 @@ def build_all(entry_id: str, out: Path, *, kinds=("ort", "torch"), plat: platfor
     if plat != platforms.PRIMARY and "torch" in kinds:
         raise DistError(f"the extension wheel is built for {platforms.PRIMARY.machine} only (the train image's "
                         f"architecture): use --only ort for the {plat.machine} plugin wheel")
-    problem = build_tools_problem()
+    problem = build_tools_problem(cmake=entry["device"] != "cuda")
     if problem:
         raise DistError(problem)
     out = Path(out)
@@ -332,7 +376,10 @@ def build_all(entry_id: str, out: Path, *, kinds=("ort", "torch"), plat: platfor
     index = out / "wheels.json"
     previous = json.loads(index.read_text()) if index.exists() else {}
     for key, record in records.items():
-        os.replace(record.pop("path"), out / record["wheel"])
+        # moved in under a temporary name first: `out` may be on another file system than build/
+        partial = out / f".{record['wheel']}.partial"
+        shutil.move(record.pop("path"), partial)
+        os.replace(partial, out / record["wheel"])
         replaced = previous.get(key, {}).get("wheel")
         if replaced and replaced != record["wheel"]:
             (out / replaced).unlink(missing_ok=True)

@@ -3,6 +3,7 @@ auditwheel, then installed as a user would: each into a new venv with only what 
 there on nothing of the checkout (python -I from another folder)."""
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import shutil
@@ -186,3 +187,43 @@ def test_publish_writes_each_wheel_with_its_sha256_and_refuses_a_changed_one(bui
         dist.recorded(tmp_path)
     with pytest.raises(dist.DistError, match="built for the entry 'cpu', not 'cuda12.1'"):
         dist.publish(dist_dir, tmp_path / "other", entry_id="cuda12.1", log=lambda m: None)
+
+
+def _wheel_with_library(tmp_path: Path, source: str) -> Path:
+    """A real wheel (metadata and RECORD) around one library compiled here from C `source`."""
+    library = tmp_path / "libdemo.so"
+    (tmp_path / "demo.c").write_text(source)
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(library), str(tmp_path / "demo.c"), "-lpthread"], check=True)
+    files = {"demo/libdemo.so": library.read_bytes(), "demo/__init__.py": b"",
+             "demo-0.1.dist-info/METADATA": b"Metadata-Version: 2.1\nName: demo\nVersion: 0.1\n",
+             "demo-0.1.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: false\n"
+                                         b"Tag: py3-none-linux_x86_64\n"}
+    digest = lambda data: base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()  # noqa: E731
+    record = "".join(f"{name},sha256={digest(data)},{len(data)}\n" for name, data in files.items())
+    files["demo-0.1.dist-info/RECORD"] = (record + "demo-0.1.dist-info/RECORD,,\n").encode()
+    raw = tmp_path / "raw" / "demo-0.1-py3-none-linux_x86_64.whl"
+    raw.parent.mkdir()
+    with zipfile.ZipFile(raw, "w") as archive:
+        for name, data in files.items():
+            archive.writestr(name, data)
+    return raw
+
+
+@pytest.mark.skipif(platforms.host() != platforms.PRIMARY, reason="links a library for x86-64 with the host's gcc")
+def test_a_plugin_past_manylinux_2_28_is_refused_naming_its_symbols(tmp_path):
+    # this machine's glibc (bookworm: 2.36) binds pthread_create at GLIBC_2.34; memcpy stays at its first version
+    raw = _wheel_with_library(tmp_path, "#include <pthread.h>\n#include <string.h>\nstatic void *run(void *a) "
+                                        "{ return a; }\nint start(pthread_t *t, char *d, const char *s) "
+                                        "{ memcpy(d, s, 4); return pthread_create(t, 0, run, 0); }\n")
+    with pytest.raises(dist.DistError) as refused:
+        dist._repaired_plugin(raw, lambda m: None, why="build it on bookworm")
+    message = str(refused.value)
+    assert "need manylinux_2_34" in message and "newer than manylinux_2_28" in message, message
+    assert "pthread_create@GLIBC_2.34" in message and "memcpy" not in message, message
+    assert message.endswith(": build it on bookworm"), message
+
+
+def test_cmake_is_asked_of_the_host_only_where_the_host_builds(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no cmake on it
+    assert "cmake missing" in dist.build_tools_problem() and "install cmake" in dist.build_tools_problem()
+    assert dist.build_tools_problem(cmake=False) is None  # a CUDA entry's builds run in its images

@@ -99,3 +99,45 @@ def test_the_plugin_wheel_runs_every_artifact_on_python_3_13(trixie, py313_wheel
     manifest = json.loads((artifacts / "manifest.json").read_text())
     assert len(report["checked"]) == len(manifest["models"]) > 0, report
     assert "python3.13/site-packages/myops_ort/" in report["library"], report
+
+
+def test_the_extension_wheel_builds_and_runs_layer1_on_python_3_13(trixie, py313_wheels, tmp_path):
+    """The myops-torch wheel is per interpreter (cp313): `python -m lab.dist cpu --only torch` on 3.13 with
+    the entry's torch release for 3.13, then the wheel in a clean 3.13 venv holding only torch, numpy, onnx
+    and onnxscript: layer 1 and an export, and another torch release refused on import."""
+    from lab import dist
+
+    entry = matrix.entry("cpu")
+    release = entry["torch"]["version"].split("+")[0]
+    pins = [p for p in matrix.pip_pins(entry) if p.split("==")[0] in ("torch", "numpy", "onnx", "onnxscript")]
+    out = tmp_path / "out"
+    out.mkdir()
+    out.chmod(0o777)
+    # one torch (a CUDA build of several GB for 3.13) installed at a time: the build venv goes before the check's
+    script = ("set -e; mkdir /work; cd /src; tar -c --exclude=./build --exclude=./.nox --exclude=./.venv "
+              "--exclude=./dist . | tar -x -C /work; cd /work; git config --global --add safe.directory /work; "
+              "python3 --version; python3 -m venv /tmp/build; "
+              f"/tmp/build/bin/pip install --quiet torch=={release} -r requirements/tools.txt "
+              "-r requirements/wheels.txt; "
+              # PyPI's torch for 3.13 is a CUDA build: the CPU kernels are built against it on request
+              "MYOPS_NO_CUDA=1 /tmp/build/bin/python -m lab.dist cpu --only torch --out /out/dist; rm -rf /tmp/build; "
+              "python3 -m venv /tmp/v; "
+              f"/tmp/v/bin/pip install --quiet {' '.join(pins)} /out/dist/myops_torch-*.whl; "
+              "mkdir /tmp/o; cd /tmp; /tmp/v/bin/python -I /checks/torch_layer1.py /tmp/o; "
+              "/tmp/v/bin/python -I /checks/torch_mismatch.py")
+    cache = cache_root().parent
+    cmd = ["docker", "run", "--rm", "--network", "none", "-v", f"{REPO}:/src:ro", "-v", f"{py313_wheels}:/wheels:ro",
+           "-v", f"{out}:/out", "-v", f"{cache}:/root/.cache/myops-lab:ro",
+           "-v", f"{REPO / 'tests' / 'wheel_checks'}:/checks:ro", "-e", "PIP_NO_INDEX=1", "-e", "PIP_FIND_LINKS=/wheels",
+           trixie, "sh", "-c", script]
+    result = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=3000,
+                            env=docker.daemon_env(None))
+    out_text = result.stdout + result.stderr
+    assert result.returncode == 0, out_text[-4000:]
+    assert "Python 3.13" in out_text, out_text[-2000:]
+    built = json.loads((out / "dist" / "wheels.json").read_text())["torch"]
+    assert built["wheel"].startswith(f"myops_torch-{dist.VERSION}+torch{release}.cpu-cp313-cp313-manylinux_"), built
+    layer1, refused = (json.loads(line) for line in result.stdout.splitlines()[-2:])
+    assert layer1["custom_nodes"] == ["Swish", "RMSNorm"] and layer1["requires"] == [f"torch=={release}"], layer1
+    assert "/tmp/v/lib/python3.13/site-packages/myops_torch/" in layer1["library"], layer1
+    assert refused["type"] == "TorchMismatch" and "this environment has torch 2.12.1" in refused["message"], refused
