@@ -315,14 +315,19 @@ def wheels(session: nox.Session) -> None:
 @nox.session
 def reproduce(session: nox.Session) -> None:
     """Build an entry's artifacts twice (two clones: other folders, time zones, locales, umasks) and
-    compare them byte for byte; results/reproducibility.csv, exit 1 on an unexplained difference."""
+    compare them byte for byte; results/reproducibility.csv, exit 1 on an unexplained difference.
+    A CUDA entry (cuda12.1): its two wheels, built in its images twice (Docker)."""
     parser = argparse.ArgumentParser(prog="nox -s reproduce --", description=reproduce.__doc__)
     parser.add_argument("entry", nargs="?", default=matrix.DEFAULT_ENTRY)
     parser.add_argument("--cuda-architectures", help="also the CUDA plugin for these (CMake syntax, e.g. 90-real)")
     parser.add_argument("--images", action="store_true",
                         help="compare with the entry's images too, building them from this checkout where needed")
     args = _parse(session, parser)
-    _install(session, _entry(session, args.entry))
+    entry = _entry(session, args.entry, cuda_ok=True)  # a CUDA entry's wheels are built in its images
+    if entry["device"] == "cuda":
+        session.install("-r", str(TOOLS))
+    else:
+        _install(session, entry)
     session.install("-r", str(WHEEL_TOOLS))  # both clones build the wheels too
     extra = ["--cuda-architectures", args.cuda_architectures] if args.cuda_architectures else []
     extra += ["--images"] if args.images else []

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import gzip
 import io
 import itertools
 import json
@@ -62,13 +63,18 @@ def _parse(text: str, where: str) -> list[dict]:
     return rows
 
 
+def _read(path: Path) -> str:
+    """A samples file, gzipped (samples.csv.gz: how a kept comparison stores its runs) or not."""
+    return gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
+
+
 def load(source: str, entry: str, repo: Path = REPO) -> tuple[str, list[dict]]:
-    """(where the samples came from, the samples) for a directory, a CSV file or a git revision."""
+    """(where the samples came from, the samples) for a directory, a CSV file (or .csv.gz) or a git revision."""
     path = Path(source)
     if path.is_dir():
-        for candidate in (path / entry / "samples.csv", path / "samples.csv"):
+        for candidate in (path / entry / "samples.csv", path / "samples.csv", path / "samples.csv.gz"):
             if candidate.is_file():
-                return str(candidate), _parse(candidate.read_text(), str(candidate))
+                return str(candidate), _parse(_read(candidate), str(candidate))
         raise SourceError(f"{path} has no samples.csv (looked in {path / entry} and {path}): results written "
                           "before raw timings were kept cannot be compared; run `nox -s bench` there again")
     if path.is_file():
@@ -76,7 +82,7 @@ def load(source: str, entry: str, repo: Path = REPO) -> tuple[str, list[dict]]:
         if not target.is_file():
             raise SourceError(f"{path} has no samples.csv beside it: results written before raw timings were "
                               "kept cannot be compared; run `nox -s bench` again")
-        return str(target), _parse(target.read_text(), str(target))
+        return str(target), _parse(_read(target), str(target))
     inside = f"results/{entry}/samples.csv"
     shown = subprocess.run(["git", "-C", str(repo), "show", f"{source}:{inside}"], capture_output=True, text=True)
     if shown.returncode != 0:

@@ -209,12 +209,12 @@ def _repaired_plugin(raw: Path, log, *, why: str, machine: str = platforms.PRIMA
     return record
 
 
-def cuda_plugin_wheel(entry: dict, *, log=print) -> dict:
+def cuda_plugin_wheel(entry: dict, *, no_cache: bool = False, log=print) -> dict:
     """A CUDA entry's plugin wheel, built where its nvcc is: the plugin stage of the entry's infer image
     (docker), then checked and tagged by auditwheel here like the CPU wheel."""
     raw_dir = wheel_stage.fresh(STAGE_ROOT / entry["id"] / "myops_ort-cuda-raw")
     try:
-        raw = docker.build_plugin_wheel(entry["id"], raw_dir, log=log)
+        raw = docker.build_plugin_wheel(entry["id"], raw_dir, no_cache=no_cache, log=log)
     except docker.DockerError as exc:
         raise DistError(f"the {entry['id']} plugin wheel is built in the entry's image (its CUDA toolkit): {exc}") from exc
     return _repaired_plugin(raw, log, why="a glibc function the CUDA runtime calls is missing from "
@@ -345,7 +345,7 @@ def build_tools_problem(*, cmake: bool = True) -> str | None:
 
 
 def build_all(entry_id: str, out: Path, *, kinds=("ort", "torch"), plat: platforms.Platform = platforms.PRIMARY,
-              log=print) -> dict:
+              no_cache: bool = False, log=print) -> dict:
     """Build the wheels of `kinds`, then move them into `out` at once and record them in out/wheels.json
     (keyed "ort", "torch", and "ort-aarch64" for another architecture's plugin); a wheel a record used to
     name is removed, so `pip install out/myops_ort-*.whl` finds one file. Nothing in `out` changes when a
@@ -368,7 +368,7 @@ def build_all(entry_id: str, out: Path, *, kinds=("ort", "torch"), plat: platfor
         if kind == "torch":
             records[key] = torch_wheel(entry, log=log)
         elif entry["device"] == "cuda":
-            records[key] = cuda_plugin_wheel(entry, log=log)
+            records[key] = cuda_plugin_wheel(entry, no_cache=no_cache, log=log)
         else:
             records[key] = plugin_wheel(entry, plat=plat, log=log)
         records[key]["entry"] = entry_id
@@ -433,10 +433,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", choices=["ort", "torch"], default=None, help="build one of the two wheels")
     parser.add_argument("--arch", default=platforms.PRIMARY.docker,
                         help="the plugin wheel's architecture: amd64 or arm64 (cross-compiled; with --only ort)")
+    parser.add_argument("--no-cache", action="store_true", help="a CUDA entry: build the infer image's plugin "
+                        "stage again even where Docker's cache holds it (nox -s reproduce does)")
     args = parser.parse_args(argv)
     out = args.out or REPO / "dist" / args.entry
     try:
-        build_all(args.entry, out, kinds=(args.only,) if args.only else ("ort", "torch"), plat=platforms.get(args.arch))
+        build_all(args.entry, out, kinds=(args.only,) if args.only else ("ort", "torch"), plat=platforms.get(args.arch),
+                  no_cache=args.no_cache)
     except (DistError, ort_headers.HeadersNotFound, platforms.PlatformError, matrix.MatrixError,
             highway.HighwayNotFound) as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -321,6 +321,17 @@ def _created() -> str:
     return _dt.datetime.fromtimestamp(int(epoch), _dt.timezone.utc).isoformat().replace("+00:00", "Z")
 
 
+def image_labels(tag: str) -> dict | None:
+    """The image's labels (the lab's carry org.opencontainers.image.revision and .version); None: no such image."""
+    found = _docker("image", "inspect", "--format", "{{json .Config.Labels}}", tag, check=False, timeout=60)
+    return (json.loads(found.stdout.decode()) or {}) if found.returncode == 0 else None
+
+
+def train_version(entry: dict) -> str:
+    """The train image's version label: the pins it is built with."""
+    return f"torch{entry['torch']['version']}-ort{entry['onnxruntime']['version']}"
+
+
 def revision() -> str:
     result = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=REPO)
     return result.stdout.strip() or "unknown"
@@ -359,8 +370,9 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
 
 
 def _build(dockerfile: str, tag: str, context: Path, build_args: dict, wheels_dir: Path, *, log,
-           target: str | None = None) -> None:
-    """docker build with each step shown as it starts; a failure quotes the build's last lines."""
+           target: str | None = None, no_cache: bool = False) -> None:
+    """docker build with each step shown as it starts; a failure quotes the build's last lines.
+    no_cache: every step runs again (a second, independent build, as lab.reproduce wants)."""
     tail: list[str] = []
     started = time.perf_counter()
     with _serve_wheels(wheels_dir) as url:
@@ -368,7 +380,7 @@ def _build(dockerfile: str, tag: str, context: Path, build_args: dict, wheels_di
         # host network: the build's RUN steps reach the wheel server on loopback (and, on a user's
         # machine, an official base's apt mirror); pip itself never looks past the locked files.
         cmd = ["docker", "build", "--network", "host", "-f", str(DOCKER_DIR / dockerfile), "-t", tag,
-               *(["--target", target] if target else []), *args, str(context)]
+               *(["--target", target] if target else []), *(["--no-cache"] if no_cache else []), *args, str(context)]
         with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=daemon_env(None),
                               text=True, errors="replace") as proc:
             for line in proc.stdout:
@@ -413,9 +425,10 @@ def _common_args(entry: dict, bases: dict, plan: dict) -> dict:
     }
 
 
-def build_plugin_wheel(entry_id: str, out: Path, *, log=print) -> Path:
+def build_plugin_wheel(entry_id: str, out: Path, *, no_cache: bool = False, log=print) -> Path:
     """The entry's plugin wheel as its infer image builds it (the plugin stage alone, on the entry's
-    build base with its CUDA toolkit), copied into `out`; not yet checked or tagged by auditwheel."""
+    build base with its CUDA toolkit), copied into `out`; not yet checked or tagged by auditwheel.
+    no_cache: the stage is built again even where Docker's cache holds it."""
     _require_local_daemon()
     entry = matrix.entry(entry_id)
     bases = {"build": ensure_base_image("build", entry["base_images"]["build"], log=log),
@@ -432,7 +445,7 @@ def build_plugin_wheel(entry_id: str, out: Path, *, log=print) -> Path:
     args = dict(_common_args(entry, bases, plan), TRAIN_IMAGE=image_tags(entry)["train"])
     log(f"[docker] building the plugin stage of the {entry_id} infer image ({tag}) ...")
     _build("infer.Dockerfile", tag, contexts["infer"], args, contexts["infer"].parent / "wheels-infer", log=log,
-           target="plugin")
+           target="plugin", no_cache=no_cache)
     out.mkdir(parents=True, exist_ok=True)
     container = _docker("create", tag, "true").stdout.decode().strip()  # never started: a command it could run
     try:
@@ -467,8 +480,16 @@ def build_extension_wheel(entry_id: str, stage: Path, out: Path, *, backend: Pat
     (built first where missing or stale: its torch, nvcc and TORCH_CUDA_ARCH_LIST) with the build backend
     in `backend` (its wheels and lock.txt, installed with their hashes checked and put first on its path),
     its zip dated SOURCE_DATE_EPOCH `epoch`, into `out`; with the names of the libraries torch
-    provides there. Not yet checked or tagged by auditwheel."""
-    train = build_images(entry_id, log=log)["train"]
+    provides there. Not yet checked or tagged by auditwheel. The train image is only the toolchain here
+    (its torch and nvcc; the sources are `stage`): one built from this commit is used as it is."""
+    entry = matrix.entry(entry_id)
+    train = image_tags(entry)["train"]
+    labels = image_labels(train) or {}
+    built_here = {"org.opencontainers.image.revision": revision(),
+                  "org.opencontainers.image.version": train_version(entry),
+                  "lab.cuda.archs": " ".join(build_plan(entry)["archs"])}
+    if any(labels.get(key) != value for key, value in built_here.items()):
+        train = build_images(entry_id, log=log)["train"]
     out.mkdir(parents=True, exist_ok=True)
     # a copy of the read-only stage to build in (setuptools writes build/ beside setup.py), always at one
     # path, so the binary's file names are the same from any checkout
@@ -525,7 +546,7 @@ def build_images(entry_id: str, *, base_overrides: dict | None = None, arches: t
                                                 cuda_architectures=cmake_cuda_architectures(plan["archs"]))
     tags = image_tags(entry)
     common = _common_args(entry, bases, plan)
-    versions = {"train": f"torch{entry['torch']['version']}-ort{entry['onnxruntime']['version']}",
+    versions = {"train": train_version(entry),
                 "infer": f"ort{entry['onnxruntime']['version']}-headers{headers_version}"}
     for kind in ("train", "infer"):
         args = dict(common, TRAIN_IMAGE=tags["train"], IMAGE=tags["infer"]) if kind == "infer" else dict(common)

@@ -1,6 +1,7 @@
 """Build an entry's artifacts twice and compare them byte for byte, in the manner of reprotest.
 
     python -m lab.reproduce [ENTRY] [--cuda-architectures 90-real] [--results results]
+    python -m lab.reproduce cuda12.1     (a CUDA entry: its wheels, built in its images, twice)
 
 Two clones of the committed HEAD, in folders of different names and depths, each built with a
 different time zone, locale and umask (SOURCE_DATE_EPOCH is the commit's time in both): the
@@ -10,11 +11,13 @@ side runs (ONNX files, inputs, references, manifest). Each pair is compared by s
 diffoscope is installed. Where the entry's images are here, the host build is compared with
 theirs as well: identical where the toolchains match, and the record says why where they cannot.
 
-Writes results/reproducibility.csv; exits 1 on any difference not explained in EXPLAINED.
+Writes the entry's rows of results/reproducibility.csv (other entries' rows stay); exits 1 on any
+difference not explained in EXPLAINED.
 """
 from __future__ import annotations
 
 import argparse
+import csv
 import datetime as _dt
 import hashlib
 import os
@@ -116,6 +119,25 @@ def build_all(build: Build, entry: str, cuda_architectures: str | None) -> dict[
     for path in sorted(artifacts.iterdir()):
         found[f"artifacts/{path.name}"] = path
     return found
+
+
+def build_cuda_wheels(build: Build, entry: str) -> dict[str, Path]:
+    """{artifact name: file} of one clone's build of a CUDA entry's wheels: in the entry's images (lab.dist),
+    the infer image's plugin stage built again without Docker's cache, the extension compiled anew in the
+    train image. Its other artifacts are built in its images and compared there (nox -s build)."""
+    dist = build.root / "dist" / entry
+    build.run("-m", "lab.dist", entry, "--no-cache", "--out", str(dist), what=f"{entry} wheels, in its images",
+              timeout=7200)
+    return {f"wheel {wheel.name.split('-')[0]}": wheel for wheel in sorted(dist.glob("*.whl"))}
+
+
+def merged(path: Path, entry: str, rows: list[dict]) -> list[dict]:
+    """The rows of path for other entries, then `rows`: one entry's run replaces only its own rows."""
+    if not path.exists():
+        return rows
+    with path.open(newline="") as handle:
+        kept = [r for r in csv.DictReader(handle) if r["entry"] != entry]
+    return kept + rows
 
 
 HOST_VS_IMAGE = "host build (a) vs the entry's images"
@@ -235,6 +257,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.cuda_architectures and shutil.which("nvcc") is None:
         print("error: --cuda-architectures needs nvcc on PATH", file=sys.stderr)
         return 2
+    from . import matrix
+
+    try:
+        cuda = matrix.entry(args.entry)["device"] == "cuda"
+    except matrix.MatrixError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if cuda and (args.cuda_architectures or args.images):
+        print(f"error: {args.entry} is a CUDA entry: its reproduction builds its wheels in its images; "
+              "--cuda-architectures and --images are for a CPU entry's host build", file=sys.stderr)
+        return 2
     if _git("status", "--porcelain", "--untracked-files=no"):
         log("note: uncommitted changes are not part of the comparison (both builds are clones of HEAD)")
     epoch = _git("log", "-1", "--format=%ct")
@@ -246,9 +279,14 @@ def main(argv: list[str] | None = None) -> int:
             for build in builds:
                 log(f"build {build.label} in {build.root} (TZ {build.env['TZ']}, LC_ALL {build.env['LC_ALL']}, "
                     f"umask {build.umask:03o})")
-            found = [build_all(build, args.entry, args.cuda_architectures) for build in builds]
+            if cuda:
+                found = [build_cuda_wheels(build, args.entry) for build in builds]
+            else:
+                found = [build_all(build, args.entry, args.cuda_architectures) for build in builds]
             rows = compare(args.entry, *found, compared="two clean builds in different folders", facts=facts)
-            imaged, why = from_images(args.entry, facts["git_sha"], Path(tmp) / "images", build=args.images)
+            imaged, why = ({}, "a CUDA entry's clones build its wheels; tests/test_cuda_images.py compares the plugin "
+                               "wheel's library with the infer image's") if cuda else \
+                from_images(args.entry, facts["git_sha"], Path(tmp) / "images", build=args.images)
             if why:
                 log(f"host vs image: not compared: {why}")
                 rows.append(dict(facts, entry=args.entry, artifact="(the entry's images)", compared=HOST_VS_IMAGE,
@@ -266,7 +304,8 @@ def main(argv: list[str] | None = None) -> int:
     except (ReproduceError, subprocess.SubprocessError, ValueError, DockerError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    write_csv_atomic(args.results / "reproducibility.csv", rows, COLUMNS)
+    write_csv_atomic(args.results / "reproducibility.csv", merged(args.results / "reproducibility.csv", args.entry, rows),
+                     COLUMNS)
     different = [r for r in rows if r["identical"] is False]
     unexplained = [r for r in different if r["cause"].startswith(("unexplained", "only in"))]
     compared = [r for r in rows if r["identical"] != ""]

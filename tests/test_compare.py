@@ -3,6 +3,7 @@ flagged, planted slowdowns flagged (synthetic samples, then real runs with a slo
 from __future__ import annotations
 
 import csv
+import gzip
 import json
 import os
 import subprocess
@@ -135,6 +136,11 @@ def test_sources_directory_bench_csv_and_git_revision(tmp_path):
     subprocess.run(git + ["commit", "-qm", "results"], check=True)
     where, samples = C.load("HEAD", "cpu", repo=repo)
     assert where == "HEAD:results/cpu/samples.csv" and len(samples) == 180
+    # a kept run, gzipped: the same samples from the file or its folder
+    kept = tmp_path / "kept" / "samples.csv.gz"
+    kept.parent.mkdir()
+    kept.write_bytes(gzip.compress(base.read_bytes()))
+    assert C.load(str(kept), "cpu")[1] == C.load(str(kept.parent), "cpu")[1] == C.load(str(base), "cpu")[1]
 
 
 def test_nothing_judged_exits_2_with_what_to_do(tmp_path):
