@@ -176,6 +176,7 @@ try:
 except myops_torch.TorchMismatch as exc:
     refused = str(exc)
 print(json.dumps({"build": myops_torch.BUILD, "torch": torch.__version__, "refused_cpu_torch": refused,
+                  "library": myops_torch.load(),
                   "requires": [r for r in metadata.requires("myops-torch") if r.startswith("torch")]}))
 """
 
@@ -198,20 +199,28 @@ def test_the_cuda_extension_wheel_holds_the_entrys_architectures_and_leaves_torc
     assert found.ok, found.detail
 
 
-def test_the_cuda_extension_wheel_runs_pip_installed_beside_the_entrys_torch(cuda_wheels):
-    """pip installs it into the train image's environment (torch 2.4.1+cu121; a throwaway container, no
-    network): the ops on the CPU against their formulas, gradcheck, opcheck; a CPU torch is refused."""
+def test_the_cuda_extension_wheel_runs_in_a_clean_venv_with_the_entrys_torch(cuda_wheels):
+    """A new venv (the train image's Python, a throwaway container, no network) holding only the entry's
+    torch (2.4.1+cu121 with its NVIDIA wheels) and numpy from the entry's locked wheelhouse, then the wheel:
+    the ops on the CPU against their formulas, gradcheck, opcheck; a CPU torch is refused."""
     import json
 
+    from lab import wheels
+
     wheel, _ = cuda_wheels["torch"]
-    train = docker.image_tags(matrix.entry(ENTRY))["train"]
-    script = f"cd /tmp && pip install -q --no-deps --no-index /wheels/{wheel.name} && python -I -c \"$CHECK\""
+    entry = matrix.entry(ENTRY)
+    train = docker.image_tags(entry)["train"]
+    pins = " ".join(p for p in matrix.pip_pins(entry) if p.split("==")[0] in ("torch", "numpy"))
+    script = (f"set -e; python -m venv /tmp/v; /tmp/v/bin/pip install -q --no-index --find-links /house {pins} "
+              f"/wheels/{wheel.name}; cd /tmp; /tmp/v/bin/python -I -c \"$CHECK\"")
     done = subprocess.run(["docker", "run", "--rm", "--network", "none", "-v", f"{wheel.parent}:/wheels:ro",
-                           "-e", f"CHECK={EXTENSION_CHECK}", "--entrypoint", "sh", train, "-c", script],
-                          capture_output=True, text=True, timeout=900, env=docker.daemon_env(None))
+                           "-v", f"{wheels.wheelhouse_dir(entry)}:/house:ro", "-e", f"CHECK={EXTENSION_CHECK}",
+                           "--entrypoint", "sh", train, "-c", script],
+                          capture_output=True, text=True, timeout=1800, env=docker.daemon_env(None))
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report["build"]["torch_cuda"] == "12.1" and report["torch"] == "2.4.1+cu121", report
     assert report["build"]["torch_cuda_arch_list"] == " ".join(matrix.build_archs(matrix.entry(ENTRY))[0]), report
     assert report["requires"] == ["torch==2.4.1"], report
+    assert report["library"].startswith("/tmp/v/lib/python3.11/site-packages/myops_torch/"), report
     assert "is a CPU build: install the torch build for CUDA 12.1" in report["refused_cpu_torch"], report
