@@ -170,30 +170,6 @@ def allowed_symbol_versions(policy: str, machine: str) -> dict[str, set[str]]:
     return {prefix: set(versions) for prefix, versions in found["symbol_versions"][machine].items()}
 
 
-def symbols_beyond(library: bytes, allowed: dict[str, set[str]]) -> list[str]:
-    """name@VERSION of each symbol the library takes from another at a version `allowed` does not hold
-    (GLIBC_2.34 where manylinux_2_28 stops at 2.28), read off its .gnu.version and .gnu.version_r."""
-    import io
-
-    from elftools.elf.elffile import ELFFile
-
-    elf = ELFFile(io.BytesIO(library))
-    dynsym, versym = elf.get_section_by_name(".dynsym"), elf.get_section_by_name(".gnu.version")
-    needed = elf.get_section_by_name(".gnu.version_r")
-    if dynsym is None or versym is None or needed is None:
-        return []
-    names = {aux.entry["vna_other"]: aux.name for _, auxes in needed.iter_versions() for aux in auxes}
-    beyond = set()
-    for index, symbol in enumerate(dynsym.iter_symbols()):
-        version = names.get(versym.get_symbol(index).entry["ndx"])
-        if symbol["st_shndx"] != "SHN_UNDEF" or not version or "_" not in version:
-            continue
-        prefix, number = version.rsplit("_", 1)
-        if prefix in allowed and number not in allowed[prefix]:
-            beyond.add(f"{symbol.name}@{version}")
-    return sorted(beyond)
-
-
 def _repaired_plugin(raw: Path, log, *, why: str, machine: str = platforms.PRIMARY.machine) -> dict:
     """auditwheel's record of a plugin wheel, refused when it needs more than the manylinux_2_28 it promises;
     the refusal names the symbols that need more (the first few)."""
@@ -202,7 +178,7 @@ def _repaired_plugin(raw: Path, log, *, why: str, machine: str = platforms.PRIMA
         allowed = allowed_symbol_versions(PLUGIN_POLICY, machine)
         with zipfile.ZipFile(record["path"]) as archive:
             beyond = sorted({s for n in archive.namelist() if n.endswith(".so")
-                             for s in symbols_beyond(archive.read(n), allowed)})
+                             for s in wheels.symbols_beyond(archive.read(n), allowed)})
         shown_symbols = ", ".join(beyond[:8]) + (f" and {len(beyond) - 8} more" if len(beyond) > 8 else "")
         raise DistError(f"the plugin's symbol versions need {record['policy']}, newer than {PLUGIN_POLICY}, which the "
                         f"wheel promises ({shown_symbols or 'auditwheel names no symbol'}): {why}")
@@ -378,7 +354,11 @@ def build_all(entry_id: str, out: Path, *, kinds=("ort", "torch"), plat: platfor
     for key, record in records.items():
         # moved in under a temporary name first: `out` may be on another file system than build/
         partial = out / f".{record['wheel']}.partial"
-        shutil.move(record.pop("path"), partial)
+        try:
+            shutil.move(record.pop("path"), partial)
+        except OSError:
+            partial.unlink(missing_ok=True)
+            raise
         os.replace(partial, out / record["wheel"])
         replaced = previous.get(key, {}).get("wheel")
         if replaced and replaced != record["wheel"]:

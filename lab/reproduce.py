@@ -124,7 +124,7 @@ def build_all(build: Build, entry: str, cuda_architectures: str | None) -> dict[
 def build_cuda_wheels(build: Build, entry: str) -> dict[str, Path]:
     """{artifact name: file} of one clone's build of a CUDA entry's wheels: in the entry's images (lab.dist),
     the infer image's plugin stage built again without Docker's cache, the extension compiled anew in the
-    train image. Its other artifacts are built in its images and compared there (nox -s build)."""
+    train image. Its other artifacts come from its images (nox -s build) and are not rebuilt here."""
     dist = build.root / "dist" / entry
     build.run("-m", "lab.dist", entry, "--no-cache", "--out", str(dist), what=f"{entry} wheels, in its images",
               timeout=7200)
@@ -158,8 +158,7 @@ def from_images(entry_id: str, head: str, out: Path, *, build: bool) -> tuple[di
         for tag in tags.values():
             if docker.image_id(tag) is None:
                 return f"{tag} is not built here"
-            labels = docker._docker("image", "inspect", "--format", "{{json .Config.Labels}}", tag).stdout.decode()
-            if head not in labels:
+            if (docker.image_labels(tag) or {}).get(REVISION_LABEL) != head:
                 return f"{tag} was built from another commit than HEAD {head[:12]}"
         return None
 

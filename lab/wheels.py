@@ -546,6 +546,28 @@ def elf_needed(data: bytes) -> list[str]:
     return [tag.needed for tag in dynamic.iter_tags("DT_NEEDED")] if dynamic else []
 
 
+def symbols_beyond(library: bytes, allowed: dict[str, set[str]]) -> list[str]:
+    """name@VERSION of each symbol the library takes from another at a version `allowed` does not hold
+    (GLIBC_2.34 where manylinux_2_28 stops at 2.28), read off its .gnu.version and .gnu.version_r."""
+    from elftools.elf.elffile import ELFFile
+
+    elf = ELFFile(io.BytesIO(library))
+    dynsym, versym = elf.get_section_by_name(".dynsym"), elf.get_section_by_name(".gnu.version")
+    needed = elf.get_section_by_name(".gnu.version_r")
+    if dynsym is None or versym is None or needed is None:
+        return []
+    names = {aux.entry["vna_other"]: aux.name for _, auxes in needed.iter_versions() for aux in auxes}
+    beyond = set()
+    for index, symbol in enumerate(dynsym.iter_symbols()):
+        version = names.get(versym.get_symbol(index).entry["ndx"])
+        if symbol["st_shndx"] != "SHN_UNDEF" or not version or "_" not in version:
+            continue
+        prefix, number = version.rsplit("_", 1)
+        if prefix in allowed and number not in allowed[prefix]:
+            beyond.add(f"{symbol.name}@{version}")
+    return sorted(beyond)
+
+
 def onnxruntime_cuda_needs(wheel: Path) -> list[str] | None:
     """NEEDED of the CUDA provider inside an onnxruntime-gpu wheel (None: the wheel has none)."""
     with zipfile.ZipFile(wheel) as archive:
