@@ -63,22 +63,30 @@ def _parse(text: str, where: str) -> list[dict]:
     return rows
 
 
+SAMPLE_FILES = ("samples.csv", "samples.csv.gz")  # gzipped: how a kept comparison stores its runs
+
+
 def _read(path: Path) -> str:
-    """A samples file, gzipped (samples.csv.gz: how a kept comparison stores its runs) or not."""
-    return gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
+    """A samples file, gzipped or not."""
+    try:
+        return gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
+    except (OSError, EOFError, UnicodeDecodeError) as exc:
+        raise SourceError(f"{path} cannot be read ({exc}): give a samples.csv (or .csv.gz) written by `nox -s bench`") \
+            from exc
 
 
 def load(source: str, entry: str, repo: Path = REPO) -> tuple[str, list[dict]]:
     """(where the samples came from, the samples) for a directory, a CSV file (or .csv.gz) or a git revision."""
     path = Path(source)
     if path.is_dir():
-        for candidate in (path / entry / "samples.csv", path / "samples.csv", path / "samples.csv.gz"):
+        for candidate in (folder / name for folder in (path / entry, path) for name in SAMPLE_FILES):
             if candidate.is_file():
                 return str(candidate), _parse(_read(candidate), str(candidate))
         raise SourceError(f"{path} has no samples.csv (looked in {path / entry} and {path}): results written "
                           "before raw timings were kept cannot be compared; run `nox -s bench` there again")
     if path.is_file():
-        target = path if path.name != "bench.csv" else path.with_name("samples.csv")
+        beside = [path.with_name(name) for name in SAMPLE_FILES if path.with_name(name).is_file()]
+        target = path if path.name != "bench.csv" else (beside or [path.with_name("samples.csv")])[0]
         if not target.is_file():
             raise SourceError(f"{path} has no samples.csv beside it: results written before raw timings were "
                               "kept cannot be compared; run `nox -s bench` again")

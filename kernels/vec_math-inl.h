@@ -53,7 +53,7 @@ HWY_INLINE V KeepNaN(D d, V x, V y) {
 #endif
 }
 
-// 2^t: +inf from 128 up, 0 below -127 (where 2^t is subnormal; AVX-512 below: the subnormal), NaN stays NaN.
+// 2^t: +inf from 128 up, 0 below -126 (where 2^t is subnormal), NaN stays NaN.
 template <class D, class V>
 HWY_INLINE V Exp2(D d, V t) {
   const V clamped = hn::Min(hn::Set(d, 128.0f), hn::Max(hn::Set(d, -127.0f), t));
@@ -62,16 +62,32 @@ HWY_INLINE V Exp2(D d, V t) {
 }
 
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-// 2^t on full AVX-512 vectors, as kernels/swish.h's hand-written path: vreduceps gives the fraction and
-// vscalefps applies 2^floor(t), saturating by itself (inf from 128 up, NaN stays NaN), so the clamps,
-// the floor and the exponent arithmetic above go: bench.vecmath measured ExpFast's Swish 1.27x the hand
-// path in L2 with them, Highway having no op for either instruction. The same bits as above where 2^t
-// is normal; below -127 it gives the subnormal instead of 0.
-HWY_INLINE hn::Vec512<float> Exp2(hn::Full512<float> d, hn::Vec512<float> t) {
-  const __mmask16 all = 0xFFFF;  // the maskz forms: GCC 12's unmasked ones warn (-Wmaybe-uninitialized)
-  const hn::Vec512<float> f{_mm512_maskz_reduce_ps(all, t.raw, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC)};
-  return hn::Vec512<float>{_mm512_maskz_scalef_ps(all, Pow2Fraction(d, f).raw, t.raw)};
+// 2^t on AVX-512, as kernels/swish.h's hand-written path: vreduceps gives the fraction and vscalefps
+// applies 2^floor(t), saturating by itself (inf from 128 up, NaN stays NaN), so the clamps, the floor
+// and the exponent arithmetic above go: bench.vecmath measured ExpFast's Swish 1.27x the hand path in
+// L2 with them (Highway has no op for either instruction). Lanes where 2^t would be subnormal are
+// zeroed as above. vreduceps rounds t - floor(t) differently from the subtraction above for small
+// negative t, so results may differ from the template (other CPU paths) by 1 ulp; the 512-bit form and
+// the 128-bit one (the one-lane tail of an array) are the same instructions, so on this path an element
+// gives the same bits in a full vector or at an array's end, however the work is split.
+#define MYOPS_EXP2_AVX512(VEC, PREFIX, MASK)                                                         \
+  const MASK all = static_cast<MASK>(~0u); /* maskz forms: GCC 12's unmasked ones warn */              \
+  const MASK normal = PREFIX##_cmp_ps_mask(t.raw, PREFIX##_set1_ps(-126.0f), _CMP_NLT_UQ); /* NaN kept */ \
+  const VEC f{PREFIX##_maskz_reduce_ps(all, t.raw, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC)};       \
+  return VEC{PREFIX##_maskz_scalef_ps(normal, Pow2Fraction(d, f).raw, t.raw)};
+
+template <size_t N, int kPow2>
+HWY_INLINE hn::Vec512<float> Exp2(hn::Simd<float, N, kPow2> d, hn::Vec512<float> t) {
+  using V = hn::Vec512<float>;
+  MYOPS_EXP2_AVX512(V, _mm512, __mmask16)
 }
+
+template <size_t N, int kPow2>
+HWY_INLINE hn::Vec128<float, N> Exp2(hn::Simd<float, N, kPow2> d, hn::Vec128<float, N> t) {
+  using V = hn::Vec128<float, N>;  // (a name: the comma would split the macro's arguments)
+  MYOPS_EXP2_AVX512(V, _mm, __mmask8)
+}
+#undef MYOPS_EXP2_AVX512
 #endif
 
 // e^x: +inf above about 88.72, 0 below about -88.03 (where e^x is subnormal), NaN stays NaN. Cody-Waite

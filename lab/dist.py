@@ -36,7 +36,7 @@ STAGE_ROOT = REPO / "build" / "dist"
 VERSION = wheel_stage.VERSION
 # The plugin wheel's promise: manylinux_2_28 or older (its tag is the most compatible policy auditwheel finds).
 PLUGIN_GLIBC = (2, 28)
-PLUGIN_POLICY = "manylinux_2_28"
+PLUGIN_POLICY = "manylinux_{}_{}".format(*PLUGIN_GLIBC)
 # ops/ modules that drive the lab (they import lab/, ort_plugin/, infer/): not part of what users import.
 LAB_ONLY_MODULES = {"artifacts", "build", "check_archs", "doctor", "fuse"}
 
@@ -175,13 +175,16 @@ def _repaired_plugin(raw: Path, log, *, why: str, machine: str = platforms.PRIMA
     the refusal names the symbols that need more (the first few)."""
     record = _repair(raw, plat=None, exclude=[], log=log)
     if policy_glibc(record["policy"]) > PLUGIN_GLIBC:
-        allowed = allowed_symbol_versions(PLUGIN_POLICY, machine)
-        with zipfile.ZipFile(record["path"]) as archive:
-            beyond = sorted({s for n in archive.namelist() if n.endswith(".so")
-                             for s in wheels.symbols_beyond(archive.read(n), allowed)})
-        shown_symbols = ", ".join(beyond[:8]) + (f" and {len(beyond) - 8} more" if len(beyond) > 8 else "")
+        try:
+            allowed = allowed_symbol_versions(PLUGIN_POLICY, machine)
+            with zipfile.ZipFile(record["path"]) as archive:
+                beyond = sorted({s for n in archive.namelist() if n.endswith(".so")
+                                 for s in wheels.symbols_beyond(archive.read(n), allowed)})
+            shown_symbols = ", ".join(beyond[:8]) + (f" and {len(beyond) - 8} more" if len(beyond) > 8 else "")
+        except Exception as exc:  # naming the symbols is a courtesy: the refusal stands without it
+            shown_symbols = f"its symbols could not be listed: {exc}"
         raise DistError(f"the plugin's symbol versions need {record['policy']}, newer than {PLUGIN_POLICY}, which the "
-                        f"wheel promises ({shown_symbols or 'auditwheel names no symbol'}): {why}")
+                        f"wheel promises ({shown_symbols or 'no versioned symbol found past it'}): {why}")
     return record
 
 
@@ -333,7 +336,10 @@ def build_all(entry_id: str, out: Path, *, kinds=("ort", "torch"), plat: platfor
     if plat != platforms.PRIMARY and "torch" in kinds:
         raise DistError(f"the extension wheel is built for {platforms.PRIMARY.machine} only (the train image's "
                         f"architecture): use --only ort for the {plat.machine} plugin wheel")
-    problem = build_tools_problem(cmake=entry["device"] != "cuda")
+    if no_cache and entry["device"] != "cuda":
+        raise DistError(f"--no-cache is for a CUDA entry, whose plugin is built by Docker; {entry_id}'s wheels are "
+                        "built here, with no cache to skip")
+    problem = build_tools_problem(cmake=entry["device"] != "cuda" and "ort" in kinds)  # cmake builds the CPU plugin
     if problem:
         raise DistError(problem)
     out = Path(out)
@@ -356,7 +362,7 @@ def build_all(entry_id: str, out: Path, *, kinds=("ort", "torch"), plat: platfor
         partial = out / f".{record['wheel']}.partial"
         try:
             shutil.move(record.pop("path"), partial)
-        except OSError:
+        except BaseException:  # an interrupted copy too: no partial file is left in `out`
             partial.unlink(missing_ok=True)
             raise
         os.replace(partial, out / record["wheel"])

@@ -487,7 +487,7 @@ def build_extension_wheel(entry_id: str, stage: Path, out: Path, *, backend: Pat
     labels = image_labels(train) or {}
     built_here = {"org.opencontainers.image.revision": revision(),
                   "org.opencontainers.image.version": train_version(entry),
-                  "lab.cuda.archs": " ".join(build_plan(entry)["archs"])}
+                  "lab.cuda.archs": " ".join(build_plan(entry)["archs"]), "lab.cuda.toolkit": build_plan(entry)["toolkit"]}
     if any(labels.get(key) != value for key, value in built_here.items()):
         train = build_images(entry_id, log=log)["train"]
     out.mkdir(parents=True, exist_ok=True)

@@ -17,7 +17,6 @@ difference not explained in EXPLAINED.
 from __future__ import annotations
 
 import argparse
-import csv
 import datetime as _dt
 import hashlib
 import os
@@ -30,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .docker import DockerError
-from .files import shown, write_csv_atomic
+from .files import read_csv, shown, write_csv_atomic
 
 REPO = Path(__file__).resolve().parent.parent
 REPORTS = REPO / "build" / "reproduce"
@@ -133,11 +132,7 @@ def build_cuda_wheels(build: Build, entry: str) -> dict[str, Path]:
 
 def merged(path: Path, entry: str, rows: list[dict]) -> list[dict]:
     """The rows of path for other entries, then `rows`: one entry's run replaces only its own rows."""
-    if not path.exists():
-        return rows
-    with path.open(newline="") as handle:
-        kept = [r for r in csv.DictReader(handle) if r["entry"] != entry]
-    return kept + rows
+    return [r for r in read_csv(path) if r["entry"] != entry] + rows
 
 
 HOST_VS_IMAGE = "host build (a) vs the entry's images"

@@ -141,6 +141,11 @@ def test_sources_directory_bench_csv_and_git_revision(tmp_path):
     kept.parent.mkdir()
     kept.write_bytes(gzip.compress(base.read_bytes()))
     assert C.load(str(kept), "cpu")[1] == C.load(str(kept.parent), "cpu")[1] == C.load(str(base), "cpu")[1]
+    (kept.parent / "bench.csv").write_text("entry\ncpu\n")
+    assert C.load(str(kept.parent / "bench.csv"), "cpu")[0] == str(kept)
+    kept.write_bytes(b"not gzip")
+    with pytest.raises(C.SourceError, match="cannot be read"):
+        C.load(str(kept), "cpu")
 
 
 def test_nothing_judged_exits_2_with_what_to_do(tmp_path):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import platform
 import shutil
 import subprocess
 import sys
@@ -209,18 +210,29 @@ def _wheel_with_library(tmp_path: Path, source: str) -> Path:
     return raw
 
 
-@pytest.mark.skipif(platforms.host() != platforms.PRIMARY, reason="links a library for x86-64 with the host's gcc")
+@pytest.mark.skipif(platforms.host() != platforms.PRIMARY or shutil.which("gcc") is None
+                    or tuple(map(int, platform.libc_ver()[1].split("."))) < (2, 34),
+                    reason="links a library for x86-64 with the host's gcc against glibc 2.34 or newer")
 def test_a_plugin_past_manylinux_2_28_is_refused_naming_its_symbols(tmp_path):
-    # this machine's glibc (bookworm: 2.36) binds pthread_create at GLIBC_2.34; memcpy stays at its first version
-    raw = _wheel_with_library(tmp_path, "#include <pthread.h>\n#include <string.h>\nstatic void *run(void *a) "
-                                        "{ return a; }\nint start(pthread_t *t, char *d, const char *s) "
-                                        "{ memcpy(d, s, 4); return pthread_create(t, 0, run, 0); }\n")
+    # glibc 2.34 and newer bind pthread_create at GLIBC_2.34; puts stays at its first version (2.2.5)
+    source = ("#include <pthread.h>\n#include <stdio.h>\nstatic void *run(void *a) { return a; }\n"
+              "int start(pthread_t *t, const char *s) { puts(s); return pthread_create(t, 0, run, 0); }\n")
+    raw = _wheel_with_library(tmp_path, source)
+    with zipfile.ZipFile(raw) as archive:
+        library = archive.read("demo/libdemo.so")
+    assert "puts" in {n.split("@")[0] for n in wheels.symbols_beyond(library, {"GLIBC": set()})}  # it is imported
     with pytest.raises(dist.DistError) as refused:
         dist._repaired_plugin(raw, lambda m: None, why="build it on bookworm")
     message = str(refused.value)
     assert "need manylinux_2_34" in message and "newer than manylinux_2_28" in message, message
-    assert "pthread_create@GLIBC_2.34" in message and "memcpy" not in message, message
+    assert "pthread_create@GLIBC_2.34" in message and "puts" not in message, message
     assert message.endswith(": build it on bookworm"), message
+
+
+def test_no_cache_is_refused_for_a_cpu_entry_before_anything_is_built(tmp_path):
+    with pytest.raises(dist.DistError, match="--no-cache is for a CUDA entry"):
+        dist.build_all("cpu", tmp_path, kinds=("ort",), no_cache=True)
+    assert not any(tmp_path.iterdir())
 
 
 def test_cmake_is_asked_of_the_host_only_where_the_host_builds(tmp_path, monkeypatch):
