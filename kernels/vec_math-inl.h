@@ -63,13 +63,15 @@ HWY_INLINE V Exp2(D d, V t) {
 
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
 // 2^t on AVX-512, as kernels/swish.h's hand-written path: vreduceps gives the fraction and vscalefps
-// applies 2^floor(t), saturating by itself (inf from 128 up, NaN stays NaN), so the clamps, the floor
+// applies 2^floor(t), saturating by itself (inf above 128, NaN stays NaN), so the clamps, the floor
 // and the exponent arithmetic above go: bench.vecmath measured ExpFast's Swish 1.27x the hand path in
 // L2 with them (Highway has no op for either instruction). Lanes where 2^t would be subnormal are
 // zeroed as above. vreduceps rounds t - floor(t) differently from the subtraction above for small
 // negative t, so results may differ from the template (other CPU paths) by 1 ulp; the 512-bit form and
 // the 128-bit one (the one-lane tail of an array) are the same instructions, so on this path an element
-// gives the same bits in a full vector or at an array's end, however the work is split.
+// gives the same bits in a full vector or at an array's end, however the work is split (a 256-bit
+// vector would take the template: no kernel uses one). At t = 128 exactly it gives the largest float
+// where the template gives inf (2^128 is just past it).
 #define MYOPS_EXP2_AVX512(VEC, PREFIX, MASK)                                                         \
   const MASK all = static_cast<MASK>(~0u); /* maskz forms: GCC 12's unmasked ones warn */              \
   const MASK normal = PREFIX##_cmp_ps_mask(t.raw, PREFIX##_set1_ps(-126.0f), _CMP_NLT_UQ); /* NaN kept */ \
