@@ -158,6 +158,51 @@ def test_the_scaffold_touches_only_new_files(tmp_path):
         f"ort_plugin/src/cuda/{NAME}_op.cc", f"tests/test_{NAME}.py"}
 
 
+def _kernel_files(name: str, dest: Path) -> None:
+    for path, text in new_op.planned_files(name, new_op.onnx_type_of(name), repo=dest).items():
+        if path.parent.name == "kernels" and not path.name.endswith((".cu", "_cuda.h")):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+
+
+def _compile(source: Path, kernels: Path, out: Path) -> subprocess.CompletedProcess:
+    from lab import highway
+    include = highway.resolve(log=lambda m: None).include_dir
+    return subprocess.run(["g++", "-O2", "-std=c++17", f"-I{kernels}", f"-I{REPO / 'kernels'}", f"-I{include}",
+                           str(source), "-o", str(out)], capture_output=True, text=True, timeout=300)
+
+
+def test_two_ops_vector_kernels_in_one_file_are_refused_with_the_way_to_combine_them(tmp_path):
+    # Highway compiles a file's kernels per target once: two scaffolded op headers in one file cannot both
+    # do it. The message says how to combine them, and that way (one op's _vec-inl.h calling the other's
+    # Forward1) compiles and gives the composition on this machine's path.
+    _kernel_files("op_a", tmp_path)
+    _kernel_files("op_b", tmp_path)
+    kernels = tmp_path / "kernels"
+    both = tmp_path / "both.cc"
+    both.write_text('#include "op_a.h"\n#include "op_b.h"\nint main() { return 0; }\n')
+    refused = _compile(both, kernels, tmp_path / "both")
+    assert refused.returncode != 0
+    assert "op_b.h: this translation unit already compiled another Highway-based op header" in refused.stderr
+    assert "include that op's <op>_vec-inl.h from kernels/op_b_vec-inl.h" in refused.stderr
+
+    inl = kernels / "op_b_vec-inl.h"
+    text = inl.read_text()
+    text = text.replace('#include "vec_math-inl.h"\n', '#include "vec_math-inl.h"\n#include "op_a_vec-inl.h"\n', 1)
+    body = "  return x;\n"
+    assert text.count(body) == 1, text  # the placeholder, the identity
+    inl.write_text(text.replace(body, "  return hn::Mul(x, op_a::vec::HWY_NAMESPACE::Forward1(d, hn::Add(x, x)));\n"))
+    main = tmp_path / "composed.cc"
+    main.write_text('#include <cstdio>\n#include "op_b.h"\nint main() {\n  float x[37], y[37];\n'
+                    '  for (int i = 0; i < 37; ++i) x[i] = 0.25f * i - 3.0f;\n  op_b::forward_span(x, y, 37);\n'
+                    '  for (int i = 0; i < 37; ++i) if (y[i] != 2.0f * x[i] * x[i]) return 1;\n'
+                    '  std::puts("composed");\n}\n')
+    built = _compile(main, kernels, tmp_path / "composed")
+    assert built.returncode == 0, built.stderr[-3000:]
+    ran = subprocess.run([str(tmp_path / "composed")], capture_output=True, text=True, timeout=60)
+    assert ran.returncode == 0 and ran.stdout == "composed\n", (ran.returncode, ran.stdout, ran.stderr)
+
+
 ROWWISE = ["--kind", "rowwise", "--weights", "weight,bias", "--attributes", "epsilon=1e-5"]
 
 
