@@ -1,11 +1,11 @@
 """Scaffold a new op across the three layers: `nox -s new_op -- NAME [--kind elementwise|rowwise]
-[--weights W,...] [--attributes A=V,...] [--native EXPR]` (or `python -m lab.new_op NAME ...`).
+[--inputs N|X,...] [--weights W,...] [--attributes A=V,...] [--native EXPR]` (or `python -m lab.new_op NAME ...`).
 
 Writes, from lab/new_op_templates/<kind>/, the op's torch-free declaration (opspec/), its math header and
 CUDA functors (kernels/), the extension's schema and CPU/CUDA kernels (ops/csrc/), its Python side
 with fakes, autograd and declaration (ops/<name>.py), its ONNX lowerings (ops/<name>_onnx.py), the
 plugin's CPU and CUDA kernels (ort_plugin/src/) and its tests. An elementwise op is the identity
-until edited (its CPU kernels in Highway vectors, kernels/<name>_vec-inl.h); a row-wise op, over the
+(the product of its inputs, with several) until edited (its CPU kernels in Highway vectors, kernels/<name>_vec-inl.h); a row-wise op, over the
 last dimension with per-channel weights and float attributes, centres each row and scales it by its
 weights until edited (plain loops GCC vectorises, RMSNorm's CUDA reduction). Either way the scaffold
 builds and its tests pass as written. Nothing else is edited: the registries
@@ -53,7 +53,7 @@ PARAMETER_RESERVED = {"x", "y", "g", "op", "ctx", "grad", "grads", "axes", "inpu
                       "value", "name", "form", "report", "pending", "context", "model", "result", "centred", "x32",
                       "check", "constant", "decomposed_graph", "forward_cpu", "backward_cpu", "forward_cuda",
                       "backward_cuda", "contiguous", "pointers", "check_inputs", "checked_dtype", "check_launch",
-                      "beta", "eps"}  # beta, eps: the bench and export's own overrides of Swish's and RMSNorm's
+                      "beta"}  # the bench passes its --beta (Swish's, default 1) to every op's attributes by name
 # And the elementwise kind's inputs: the locals of its kernels and adapters.
 INPUT_RESERVED = {"out", "n", "i", "d", "d1", "lanes", "kernel", "t", "begin", "end", "dtype", "guard", "info", "input",
                   "other", "shape", "node", "err", "stream", "e", "p", "q", "v", "floats", "views", "wide", "inputs",
