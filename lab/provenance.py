@@ -66,13 +66,18 @@ def git_state() -> dict:
     return {"git_sha": sha or os.environ.get("MYOPS_GIT_SHA"), "git_dirty": bool(changed) if changed is not None else handed}
 
 
+# What follows an op's name in the names of its files (those `nox -s new_op` writes, as the lab's own ops
+# are laid out): not any prefix, so that my_op_gated.h is not taken for one of my_op's files.
+OP_FILE_SUFFIXES = (".cpp", ".h", ".py", "_cuda.cu", "_cuda.h", "_onnx.py", "_op.cc", "_op_base.h", "_vec-inl.h")
+
+
 def uncommitted_op_files(op: str) -> list[str]:
-    """An op's files (named <op>.*, <op>_*, test_<op>.py in the op folders) that are untracked or differ
-    from HEAD: a run of such an op measures work in progress. [] outside a git checkout."""
+    """An op's files (<op> and one of OP_FILE_SUFFIXES, or test_<op>.py, in the op folders) that are
+    untracked or differ from HEAD: a run of such an op measures work in progress. [] outside a git checkout."""
     def of_op(path: str) -> bool:
         name = Path(path).name
         return path.split("/", 1)[0] in OP_FOLDERS and (
-            name.startswith((f"{op}.", f"{op}_")) or name == f"test_{op}.py")
+            name in {op + suffix for suffix in OP_FILE_SUFFIXES} or name == f"test_{op}.py")
     return [path for path in _changed_paths() or [] if of_op(path)]
 
 

@@ -84,13 +84,19 @@ def test_untracked_files_of_an_op_make_the_tree_dirty_and_others_do_not(tmp_path
 
     assert state() == "[false, []]"
     # An unstaged edit of a tracked op file, the only change: dirty, and named in full.
-    (clone / "kernels" / "my_op_x.h").write_text("// tracked\n")
-    _git(clone, "add", "kernels/my_op_x.h")
+    (clone / "kernels" / "my_op_cuda.h").write_text("// tracked\n")
+    _git(clone, "add", "kernels/my_op_cuda.h")
     _git(clone, "commit", "-q", "-m", "op file")
-    (clone / "kernels" / "my_op_x.h").write_text("// edited\n")
-    assert state() == '[true, ["kernels/my_op_x.h"]]'
-    _git(clone, "checkout", "-q", "--", "kernels/my_op_x.h")
+    (clone / "kernels" / "my_op_cuda.h").write_text("// edited\n")
+    assert state() == '[true, ["kernels/my_op_cuda.h"]]'
+    _git(clone, "checkout", "-q", "--", "kernels/my_op_cuda.h")
     assert state() == "[false, []]"
+    # Another op whose name starts with this one's: dirty, but none of my_op's files.
+    (clone / "kernels" / "my_op_gated.h").write_text("// new\n")
+    (clone / "kernels" / "my_op_gated_vec-inl.h").write_text("// new\n")
+    assert state() == "[true, []]"
+    (clone / "kernels" / "my_op_gated.h").unlink()
+    (clone / "kernels" / "my_op_gated_vec-inl.h").unlink()
     (clone / "notes.txt").write_text("mine\n")
     assert state() == "[false, []]"
     (clone / "kernels" / "my_op.h").write_text("// new\n")
@@ -116,3 +122,9 @@ def test_a_run_has_a_targets_step_only_where_targets_are_declared():
 
     assert has_targets(["swish"]) and has_targets(["rms_norm"])  # Swish's own, RMSNorm's declared
     assert not has_targets(["ffn"])  # the FFN (Swish inside a model) has none
+
+
+def test_the_op_file_suffixes_are_those_the_scaffold_writes():
+    from lab import new_op, provenance
+    written = {p.name.removesuffix(".tmpl") for p in new_op.TEMPLATES.rglob("NAME*.tmpl")}
+    assert {name.removeprefix("NAME") for name in written} == set(provenance.OP_FILE_SUFFIXES)
