@@ -7,6 +7,7 @@
 #endif
 
 #include <cstdint>
+#include <cstdio>
 
 #include <hwy/highway.h>
 
@@ -28,6 +29,10 @@ HWY_INLINE void Apply(const float* x, float* y, int64_t n, Fn fn) {
   const hn::CappedTag<float, 1> d1;
   for (; i < n; ++i) hn::StoreU(fn(d1, hn::LoadU(d1, x + i)), d1, y + i);
 }
+
+// Which of Highway's targets this copy was compiled for: the test checks the dispatch picked the one
+// the path names (a dispatch that always took the baseline would otherwise still pass).
+inline void Target(const float*, float*, int64_t) { std::fprintf(stderr, "highway=%s\n", hwy::TargetName(HWY_TARGET)); }
 
 inline void Exp(const float* x, float* y, int64_t n) {
   Apply(x, y, n, [](auto d, auto v) { return vm::Exp(d, v); });

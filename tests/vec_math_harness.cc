@@ -34,6 +34,7 @@ int main(int argc, char** argv) {
   const std::vector<float> x = read_floats(argv[1]);
   std::vector<float> e(x.size()), s(x.size()), f(x.size());
   const int64_t n = static_cast<int64_t>(x.size());
+  MYOPS_VEC_DISPATCH(harness, Target)(nullptr, nullptr, 0);
   MYOPS_VEC_DISPATCH(harness, Exp)(x.data(), e.data(), n);
   MYOPS_VEC_DISPATCH(harness, Sigmoid)(x.data(), s.data(), n);
   MYOPS_VEC_DISPATCH(harness, ExpFast)(x.data(), f.data(), n);
