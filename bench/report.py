@@ -268,10 +268,12 @@ def sampled_summary(entry_dir: Path, rows: list[dict], groups: dict, sweep: list
 
 
 def _other_run_note(section: list[dict], rows: list[dict]) -> list[str]:
-    """A note under a section older than the newest activation rows: a later run passed --no-sweep or
-    --no-targets (bench.csv is upserted, so other rows may still be as old as the section)."""
+    """A note under a section older than the newest rows of the ops it covers (each op alone: a target's
+    op; the sweep is Swish's): a later run passed --no-sweep or --no-targets (bench.csv is upserted, so
+    other rows, the FFN's say, may still be as old as the section)."""
     stamps = [r.get("timestamp") or "" for r in section]
-    newest_rows = max((r.get("timestamp") or "" for r in rows if r.get("workload") == "swish"), default="")
+    ops = {r.get("op") for r in section} - {None, ""} or {"swish"}
+    newest_rows = max((r.get("timestamp") or "" for r in rows if r.get("workload") in ops), default="")
     if not all(stamps) or not newest_rows or max(stamps) >= newest_rows:
         return []
     sha = (section[0].get("git_sha") or "")[:12]

@@ -214,3 +214,7 @@ def test_a_section_older_than_the_newest_rows_is_marked_in_the_summary():
     note = "".join(_other_run_note([{"timestamp": old, "git_sha": "b" * 40}], rows))
     assert "earlier run" in note and old in note and "b" * 12 in note
     assert _other_run_note([{"git_sha": "b" * 40}], rows) == []  # no timestamps: nothing to say
+    # A user's op alone (no Swish rows): its targets against its own rows.
+    mish = [{"workload": "mish", "timestamp": new}]
+    assert "earlier run" in "".join(_other_run_note([{"op": "mish", "timestamp": old, "git_sha": "c" * 40}], mish))
+    assert _other_run_note([{"op": "mish", "timestamp": new, "git_sha": "c" * 40}], rows + mish) == []
