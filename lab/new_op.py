@@ -6,8 +6,9 @@ CUDA functors (kernels/), the extension's schema and CPU/CUDA kernels (ops/csrc/
 with fakes, autograd and declaration (ops/<name>.py), its ONNX lowerings (ops/<name>_onnx.py), the
 plugin's CPU and CUDA kernels (ort_plugin/src/) and its tests. An elementwise op is the identity (the
 product of its inputs, with several) until edited (its CPU kernels in Highway vectors,
-kernels/<name>_vec-inl.h); a row-wise op, over the last dimension with per-channel weights and float attributes, centres each row and scales it by its
-weights until edited (plain loops GCC vectorises, RMSNorm's CUDA reduction). Either way the scaffold
+kernels/<name>_vec-inl.h); a row-wise op, over the last dimension with per-channel weights and float
+attributes, centres each row and scales it by its weights until edited (plain loops GCC vectorises,
+RMSNorm's CUDA reduction). Either way the scaffold
 builds and its tests pass as written. Nothing else is edited: the registries
 (opspec, ops.registry, the plugin's op_registry.h) and the builds' globs find the new files.
 """
