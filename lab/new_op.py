@@ -43,7 +43,7 @@ CPP_RESERVED = {
     "fma", "fmax", "fmin", "fmod", "hypot", "log", "log10", "log1p", "log2", "max", "min", "pow", "round", "sin",
     "sinh", "sqrt", "tan", "tanh", "trunc", "div", "signbit", "isnan", "isinf",
     "std", "at", "c10", "torch", "cpu", "cuda", "myops", "myops_cuda", "internal", "ops", "onnx",
-    "hwy", "hn", "vm", "vec", "vec_math", "vec_targets", "cpu_isa",
+    "hwy", "hn", "vm", "vec", "vec_math", "vec_targets", "cpu_isa", "row_math",
 }
 # What a --native expression may name: the op's input and PyTorch (and a row-wise op's weights and attributes).
 NATIVE_NAMES = {"x", "torch", "F"}
@@ -508,9 +508,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[new_op] myops::{name} (ONNX myops::{onnx_type}, row-wise, weights {', '.join(weights)}) scaffolded: "
               f"it centres each row and scales it until you edit it.\n"
               f"  next: nox -s tests -- tests/test_{name}.py      (builds both libraries, runs its tests)\n"
-              f"  then: write the six functions of kernels/{name}.h (row sums, row statistics, output, and the\n"
-              f"        gradient's), the composite in ops/{name}.py and decomposed_graph in ops/{name}_onnx.py\n"
-              f"        (docs/examples/layer_norm.patch is a worked example); `nox -s bench -- --workload {name}`\n"
+              f"  then: write the seven functions of kernels/{name}.h (row sums and their merge, row statistics,\n"
+              f"        output, and the gradient's), the composite in ops/{name}.py and decomposed_graph in\n"
+              f"        ops/{name}_onnx.py (docs/examples/layer_norm.patch and bias_softmax.patch are worked\n"
+              f"        examples); `nox -s bench -- --workload {name}`\n"
               f"        measures it into build/results/ until its files are committed")
         return 0
     what = f"the product of its inputs ({', '.join(inputs)})" if len(inputs) > 1 else "the identity"

@@ -289,3 +289,34 @@ def test_the_layer_norm_example_applies_to_the_row_wise_scaffold_and_passes_its_
     generated = _run(copy, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", "tests/test_layer_norm.py")
     assert generated.returncode == 0, generated.stdout[-4000:] + generated.stderr[-2000:]
     assert "failed" not in generated.stdout and "no PyTorch function declared" not in generated.stdout
+
+
+def test_the_bias_softmax_example_merges_row_sums_by_its_own_rule_and_passes_its_tests(tmp_path):
+    """docs/examples/bias_softmax.patch (softmax(x + bias), row sums that are a running maximum and a sum
+    merged by the op's own merge()) applies to what `--kind rowwise --weights bias` writes, and the op
+    passes its generated tests; then a bias of -inf masks columns out as torch's softmax does, on every
+    CPU path, and rows that overflow exp without the maximum stay finite."""
+    copy = examples.prepare("bias_softmax", tmp_path / "tree", log=lambda line: None)
+    generated = _run(copy, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", "tests/test_bias_softmax.py")
+    assert generated.returncode == 0, generated.stdout[-4000:] + generated.stderr[-2000:]
+    assert "failed" not in generated.stdout
+    check = (
+        "import sys, torch, ops\n"
+        "from ops.registry import OPS\n"
+        "ops.load()\n"
+        "op = OPS['bias_softmax']\n"
+        "g = torch.Generator().manual_seed(3)\n"
+        "x = torch.randn(5, 300, generator=g) * 40 + 200\n"  # exp(x) alone overflows float32
+        "bias = torch.randn(300, generator=g)\n"
+        "bias[::7] = float('-inf')\n"
+        "y = op.function(x, bias)\n"
+        "want = torch.softmax(x.double() + bias.double(), -1).float()\n"
+        "assert torch.isfinite(y).all() and (y[:, ::7] == 0).all(), y\n"
+        # exp(z - max) down to about -250 here: row_math::exp's error grows with |z - max| (2^-23.6 each)
+        "torch.testing.assert_close(y, want, rtol=5e-5, atol=1e-7)\n"
+        "print('masked', sys.argv[1])\n")
+    from bench.cpu_paths import runnable
+    for path in runnable() or ["baseline"]:
+        ran = subprocess.run([sys.executable, "-c", check, path], cwd=copy, capture_output=True, text=True, timeout=600,
+                             stdin=subprocess.DEVNULL, env=dict(_env(), MYOPS_CPU_ISA=path))
+        assert ran.returncode == 0 and f"masked {path}" in ran.stdout, ran.stdout[-2000:] + ran.stderr[-3000:]
