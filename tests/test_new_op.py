@@ -295,7 +295,7 @@ def test_the_bias_softmax_example_merges_row_sums_by_its_own_rule_and_passes_its
     """docs/examples/bias_softmax.patch (softmax(x + bias), row sums that are a running maximum and a sum
     merged by the op's own merge()) applies to what `--kind rowwise --weights bias` writes, and the op
     passes its generated tests; then a bias of -inf masks columns out as torch's softmax does, on every
-    CPU path, and rows that overflow exp without the maximum stay finite."""
+    CPU path, rows that overflow exp without the maximum stay finite, and a NaN reaches its whole row."""
     copy = examples.prepare("bias_softmax", tmp_path / "tree", log=lambda line: None)
     generated = _run(copy, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", "tests/test_bias_softmax.py")
     assert generated.returncode == 0, generated.stdout[-4000:] + generated.stderr[-2000:]
@@ -314,6 +314,10 @@ def test_the_bias_softmax_example_merges_row_sums_by_its_own_rule_and_passes_its
         "assert torch.isfinite(y).all() and (y[:, ::7] == 0).all(), y\n"
         # exp(z - max) down to about -250 here: row_math::exp's error grows with |z - max| (2^-23.6 each)
         "torch.testing.assert_close(y, want, rtol=5e-5, atol=1e-7)\n"
+        # a NaN makes its whole row NaN, as torch's softmax, whichever lane or partial holds it
+        "for cols in (3, 70, 300):\n"
+        "    xn = torch.zeros(2, cols); xn[0, 1] = float('nan'); xn[1, cols - 1] = float('nan')\n"
+        "    assert torch.isnan(op.function(xn, torch.zeros(cols))).all(), cols\n"
         "print('masked', sys.argv[1])\n")
     from bench.cpu_paths import runnable
     for path in runnable() or ["baseline"]:

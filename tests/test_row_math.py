@@ -33,7 +33,8 @@ def _built(path: str, out: Path) -> tuple[Path, str]:
 def test_exp_matches_float64_and_its_loop_vectorises(path, tmp_path):
     harness, report = _built(path, tmp_path / "harness")
     loop_line = next(n for n, line in enumerate(HARNESS.read_text().splitlines(), 1) if "EXP_LOOP" in line)
-    assert f"row_math_harness.cc:{loop_line}:" in report and "loop vectorized" in report, report
+    assert any(f"row_math_harness.cc:{loop_line}:" in line and "loop vectorized" in line
+               for line in report.splitlines()), report
 
     rng = np.random.default_rng(5)
     x = np.concatenate([SPECIALS, rng.uniform(-90, 90, 100_003), rng.uniform(-20, 0, 10_000)]).astype(np.float32)
