@@ -27,7 +27,8 @@ EXAMPLES = {
     # LayerNorm with bias: the row-wise kind, two weights and an attribute
     "layer_norm": {"kind": "rowwise", "weights": ("weight", "bias"), "attributes": {"epsilon": 1e-5},
                    "native": "F.layer_norm(x, x.shape[-1:], weight, bias, epsilon)"},
-    # softmax(x + bias): a row-wise op whose row sums merge by a rule of their own (a running maximum)
+    # softmax(x + bias): a row-wise op whose row value merges by a rule of its own (a running maximum),
+    # its outputs normalised over the row (kNormalize)
     "bias_softmax": {"kind": "rowwise", "weights": ("bias",), "attributes": {}},
 }
 # The workloads its bench runs beside its own: the ops its targets compare it with.

@@ -292,8 +292,9 @@ def test_the_layer_norm_example_applies_to_the_row_wise_scaffold_and_passes_its_
 
 
 def test_the_bias_softmax_example_merges_row_sums_by_its_own_rule_and_passes_its_tests(tmp_path):
-    """docs/examples/bias_softmax.patch (softmax(x + bias), row sums that are a running maximum and a sum
-    merged by the op's own merge()) applies to what `--kind rowwise --weights bias` writes, and the op
+    """docs/examples/bias_softmax.patch (softmax(x + bias): a running maximum merged by the op's own
+    merge(), the outputs divided by their row sum through kNormalize) applies to what `--kind rowwise
+    --weights bias` writes, and the op
     passes its generated tests; then a bias of -inf masks columns out as torch's softmax does, on every
     CPU path, rows that overflow exp without the maximum stay finite, and a NaN reaches its whole row."""
     copy = examples.prepare("bias_softmax", tmp_path / "tree", log=lambda line: None)
