@@ -162,7 +162,7 @@ def _ort_row(spec: dict, arrays: tuple, work: Path) -> OrtRow:
         return OrtRow(run, graph, session, tf32)
     device = "cuda" if on_gpu else "cpu"
     binding = session.io_binding()
-    output_name = session.get_outputs()[0].name
+    output_names = [output.name for output in session.get_outputs()]
     inputs = {False: [ort.OrtValue.ortvalue_from_numpy(a, device, 0) for a in arrays]}
     if _leading_axes_dynamic(session):
         inputs[True] = [ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(a[:1, :1]), device, 0) for a in arrays]
@@ -174,7 +174,8 @@ def _ort_row(spec: dict, arrays: tuple, work: Path) -> OrtRow:
         for name, value in zip(input_names, inputs[tiny]):
             binding.bind_ortvalue_input(name, value)
         binding.clear_binding_outputs()  # an output of the other shape stays bound otherwise, and the run refuses it
-        binding.bind_output(output_name, device, 0)
+        for name in output_names:
+            binding.bind_output(name, device, 0)
         return True
 
     def call():  # timed on the host between two synchronisations: torch-free, and what an ORT caller waits

@@ -45,14 +45,14 @@ class Workload:
     def bytes_moved(self) -> int:
         """The least traffic the workload needs with a fused op (read once, write once).
 
-        An op alone: each full-shaped input in (X, a gated op's gate), Y out, each [hidden]-shaped input
-        (RMSNorm's scale) once. ffn: x and W1 in, h out; h in, a out (the fused activation); a and W2 in,
+        An op alone: each full-shaped input in (X, a gated op's gate), each output out (Y, a fused add +
+        norm's sum), each [hidden]-shaped input (RMSNorm's scale) once. ffn: x and W1 in, h out; h in, a out (the fused activation); a and W2 in,
         y out. Biases are negligible and left out.
         """
         if self.op_alone:
             spec = OPS[self.op]
             weights = len(spec.inputs) - spec.full_inputs
-            return ((spec.full_inputs + 1) * self.elements + weights * self.hidden) * BYTES_FP32
+            return ((spec.full_inputs + len(spec.outputs)) * self.elements + weights * self.hidden) * BYTES_FP32
         inner = self.batch * self.seq * 4 * self.hidden
         weights = 2 * self.hidden * 4 * self.hidden
         return (2 * self.elements + 4 * inner + weights) * BYTES_FP32

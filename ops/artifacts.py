@@ -66,10 +66,12 @@ def write(out: Path, *, exporters, opsets, log=print) -> dict:
             # one tensor per graph input, drawn in order from the op's seed (x alone for most models)
             feed = {name: torch.randn(*INPUT_SHAPE, generator=generator) for name in E.model_inputs(model_name)}
             with torch.no_grad():
-                y = E.build_model(model_name, **attributes)(*feed.values())
+                outputs = E.build_model(model_name, **attributes)(*feed.values())
+            outputs = outputs if isinstance(outputs, tuple) else (outputs,)
             inputs, reference = f"inputs-{model_name}.npz", f"reference-{model_name}.npz"
             save_npz(staging / inputs, **{name: t.numpy() for name, t in feed.items()})
-            save_npz(staging / reference, **{E.OUTPUT_NAME: y.numpy()})
+            save_npz(staging / reference, **{name: t.numpy() for name, t in zip(E.model_outputs(model_name), outputs,
+                                                                                 strict=True)})
             for exporter in exporters:
                 for opset in opsets(exporter):
                     for lowering in E.LOWERINGS:

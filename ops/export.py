@@ -33,7 +33,7 @@ import onnx
 import onnx.version_converter
 import torch
 
-from opspec import DOMAIN, DOMAIN_VERSION, model_inputs
+from opspec import DOMAIN, DOMAIN_VERSION, model_inputs, model_outputs  # noqa: F401 (re-exported)
 
 from . import load as load_extension
 from .declaration import TorchOp
@@ -140,18 +140,18 @@ def default_opsets(exporter: str) -> list[int]:
 
 # ---------------------------------------------------------------- TorchScript exporter
 
-def _default_dynamic_axes(inputs: tuple[str, ...]) -> dict:
-    return {name: DYNAMIC_AXES for name in (*inputs, OUTPUT_NAME)}
+def _default_dynamic_axes(inputs: tuple[str, ...], outputs: tuple[str, ...] = (OUTPUT_NAME,)) -> dict:
+    return {name: DYNAMIC_AXES for name in (*inputs, *outputs)}
 
 
-def _check_dynamic_axes(dynamic_axes: dict, inputs: tuple[str, ...] = (INPUT_NAME,)) -> None:
+def _check_dynamic_axes(dynamic_axes: dict, inputs: tuple[str, ...] = (INPUT_NAME,),
+                        outputs: tuple[str, ...] = (OUTPUT_NAME,)) -> None:
     # torch.onnx.export only warns about names that match no input or output, then exports fixed shapes.
-    known = (*inputs, OUTPUT_NAME)
-    unknown = sorted(set(dynamic_axes) - set(known))
+    unknown = sorted(set(dynamic_axes) - {*inputs, *outputs})
     if unknown:
         raise ExportError(f"dynamic_axes names {unknown} match no input or output: this model's inputs are "
-                          f"{', '.join(repr(i) for i in inputs)} and its output '{OUTPUT_NAME}'; key dynamic_axes "
-                          "by those names")
+                          f"{', '.join(repr(i) for i in inputs)} and its outputs {', '.join(repr(o) for o in outputs)}; "
+                          "key dynamic_axes by those names")
     for name, axes in dynamic_axes.items():
         if not isinstance(axes, dict) or not all(isinstance(a, int) and 0 <= a < 3 for a in axes):
             raise ExportError(f"dynamic_axes['{name}'] must map axis numbers 0..2 to names, e.g. {DYNAMIC_AXES}; got {axes!r}")
@@ -197,14 +197,15 @@ def torchscript_choice() -> dict:
 
 
 def _export_torchscript(model, examples: tuple, path: Path, *, lowering: str, opset: int, symbolic_opset: int = 1,
-                        dynamic_axes: dict | None = None, op: TorchOp, inputs: tuple[str, ...] = (INPUT_NAME,)) -> None:
+                        dynamic_axes: dict | None = None, op: TorchOp, inputs: tuple[str, ...] = (INPUT_NAME,),
+                        outputs: tuple[str, ...] = (OUTPUT_NAME,)) -> None:
     check_torchscript_usable(opset)
     try:
         with torchscript_symbolics((op,), lowering, symbolic_opset):
             torch.onnx.export(
                 model, examples, str(path), **torchscript_choice(), opset_version=opset,
-                input_names=list(inputs), output_names=[OUTPUT_NAME],
-                dynamic_axes=dynamic_axes if dynamic_axes is not None else _default_dynamic_axes(inputs),
+                input_names=list(inputs), output_names=list(outputs),
+                dynamic_axes=dynamic_axes if dynamic_axes is not None else _default_dynamic_axes(inputs, outputs),
                 custom_opsets={DOMAIN: DOMAIN_VERSION} if lowering == "custom" else None,
             )
     except torch.onnx.errors.UnsupportedOperatorError as exc:
@@ -218,7 +219,7 @@ def _export_torchscript(model, examples: tuple, path: Path, *, lowering: str, op
 # ---------------------------------------------------------------- torch.export (dynamo) exporter
 
 def _export_dynamo(model, examples: tuple, path: Path, *, lowering: str, opset: int, dynamic_axes: dict | None = None,
-                   op: TorchOp, inputs: tuple[str, ...] = (INPUT_NAME,)) -> None:
+                   op: TorchOp, inputs: tuple[str, ...] = (INPUT_NAME,), outputs: tuple[str, ...] = (OUTPUT_NAME,)) -> None:
     check_dynamo_usable(opset)
     from torch.export import Dim
 
@@ -226,11 +227,11 @@ def _export_dynamo(model, examples: tuple, path: Path, *, lowering: str, opset: 
     # torch 2.6's exporter does not run it unless asked. float32 exports stay as each torch makes them.
     # One Dim per axis name, shared by every input that names it: torch.export then knows a gated op's
     # x and gate have the same batch and sequence.
-    axes = dynamic_axes or _default_dynamic_axes(inputs)
+    axes = dynamic_axes or _default_dynamic_axes(inputs, outputs)
     dims = {axis_name: Dim(axis_name) for name in inputs for axis_name in axes.get(name, {}).values()}
     shapes = [{axis: dims[axis_name] for axis, axis_name in axes.get(name, {}).items()} for name in inputs]
     _dynamo_save(model, examples, {}, path, lowering=lowering, opset=opset, ops=(op,),
-                 input_names=list(inputs), output_names=[OUTPUT_NAME],
+                 input_names=list(inputs), output_names=list(outputs),
                  # an op alone's model takes the inputs after x as *others: torch.export sees them as one tuple
                  dynamic_shapes={INPUT_NAME: shapes[0]} if len(inputs) == 1 else (shapes[0], tuple(shapes[1:])),
                  optimize=examples[0].dtype != torch.float32)
@@ -359,7 +360,11 @@ def check_graph(model: onnx.ModelProto, *, model_name: str, lowering: str, opset
         problems.append(f"missing opset import {DOMAIN}:{DOMAIN_VERSION}")
     if lowering == "decomposed" and DOMAIN in imports and any(n.startswith(DOMAIN) for n in nodes):
         problems.append(f"decomposed graph still uses the {DOMAIN} domain")
-    wanted_dynamic = dynamic_axes if dynamic_axes is not None else _default_dynamic_axes(model_inputs(model_name))
+    wanted_dynamic = dynamic_axes if dynamic_axes is not None else _default_dynamic_axes(model_inputs(model_name),
+                                                                                         model_outputs(model_name))
+    if [value.name for value in model.graph.output] != list(model_outputs(model_name)):
+        problems.append(f"graph outputs {[value.name for value in model.graph.output]} != "
+                        f"{list(model_outputs(model_name))}")
     for value in (*model.graph.input, *model.graph.output):
         dims = value.type.tensor_type.shape.dim
         dynamic = {i for i, d in enumerate(dims) if d.dim_param}
@@ -403,7 +408,8 @@ def export(model_name: str, *, exporter: str = "dynamo", lowering: str = "custom
     """Export, check, and atomically write one model; returns what was written and how.
 
     dynamic_axes: {name: {axis: axis name}} for the inputs (model_inputs: 'x', and an op alone's other
-    full-shaped inputs) and the output 'y' (default: batch and seq of each). symbolic_opset: the opset the TorchScript symbolic is registered from.
+    full-shaped inputs) and the outputs (model_outputs: 'y', and an op alone's others) (default: batch
+    and seq of each). symbolic_opset: the opset the TorchScript symbolic is registered from.
     The op's attributes default to its declaration's; beta (swish), eps (rms_norm) and `attributes`
     (any op, by ONNX or torch name) override them. dtype: float32, or float16 (the model's weights
     and input; dynamo only: the TorchScript exporter runs the model while tracing, and the CPU
@@ -416,7 +422,7 @@ def export(model_name: str, *, exporter: str = "dynamo", lowering: str = "custom
     if lowering not in LOWERINGS:
         raise ExportError(f"unknown lowering {lowering!r}; choose one of {', '.join(LOWERINGS)}")
     if dynamic_axes is not None:
-        _check_dynamic_axes(dynamic_axes, model_inputs(model_name))
+        _check_dynamic_axes(dynamic_axes, model_inputs(model_name), model_outputs(model_name))
     if dtype not in DTYPES:
         raise ExportError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
     op = OPS[MODEL_OP[model_name]]
@@ -433,17 +439,18 @@ def export(model_name: str, *, exporter: str = "dynamo", lowering: str = "custom
     attributes = op.attributes(**{"beta": beta, "eps": eps, **(attributes or {})})
     model = build_model(model_name, hidden=export_shape[-1], seed=seed, **attributes).to(getattr(torch, dtype))
     examples = tuple(t.to(getattr(torch, dtype)) for t in sample_inputs(model_name, *export_shape))
-    inputs = model_inputs(model_name)
+    inputs, outputs = model_inputs(model_name), model_outputs(model_name)
     with tempfile.TemporaryDirectory(dir=path.parent, prefix=".export-") as tmp:
         tmp_path = Path(tmp) / path.name
         with warnings.catch_warnings(record=True) as caught, _quiet():
             warnings.simplefilter("always")
             if exporter == "torchscript":
                 _export_torchscript(model, examples, tmp_path, lowering=lowering, opset=opset,
-                                    symbolic_opset=symbolic_opset, dynamic_axes=dynamic_axes, op=op, inputs=inputs)
+                                    symbolic_opset=symbolic_opset, dynamic_axes=dynamic_axes, op=op, inputs=inputs,
+                                    outputs=outputs)
             else:
                 _export_dynamo(model, examples, tmp_path, lowering=lowering, opset=opset, dynamic_axes=dynamic_axes,
-                               op=op, inputs=inputs)
+                               op=op, inputs=inputs, outputs=outputs)
         proto = onnx.load(str(tmp_path))
         check_graph(proto, model_name=model_name, lowering=lowering, opset=opset, exporter=exporter,
                     attributes=attributes, dynamic_axes=dynamic_axes, dtype=dtype)

@@ -40,17 +40,29 @@ class OpSpec:
     native_row: str | None = None  # the bench row of PyTorch's own function for the op (F.silu ...), if any
     plugin_only: bool = False   # a plugin kernel with no torch op (the benchmark's Copy floor)
     full_inputs: int = 1        # how many inputs, X first, have X's full shape (a gated op's X and gate: 2)
+    outputs: tuple[str, ...] = ("Y",)  # ONNX outputs, each of X's shape (a fused add + norm: Y and the sum)
 
     def __post_init__(self):
         if not 1 <= self.full_inputs <= len(self.inputs):
             raise ValueError(f"OpSpec {self.name!r}: full_inputs={self.full_inputs} must be 1 to {len(self.inputs)}, "
                              "the count of its inputs that have X's shape")
+        if not self.outputs:
+            raise ValueError(f"OpSpec {self.name!r}: an op has at least one output")
+        names = [name.lower() for name in (*self.inputs, *self.outputs)]
+        if len(set(names)) != len(names) or "x" in names[len(self.inputs):] or "y" in names[1:len(self.inputs)]:
+            raise ValueError(f"OpSpec {self.name!r}: its inputs {self.inputs} and outputs {self.outputs} must have "
+                             "distinct names (case aside; 'x' and 'y' are the first input's and output's graph names)")
 
     @property
     def graph_inputs(self) -> tuple[str, ...]:
         """The graph inputs of the op-alone model (its weights are initialisers): "x", then each other
         full-shaped input by its name in lower case."""
         return ("x",) + tuple(name.lower() for name in self.inputs[1:self.full_inputs])
+
+    @property
+    def graph_outputs(self) -> tuple[str, ...]:
+        """The graph outputs of the op-alone model: "y", then each other output by its name in lower case."""
+        return ("y",) + tuple(name.lower() for name in self.outputs[1:])
 
     @property
     def qualified(self) -> str:
@@ -88,8 +100,21 @@ def model_inputs(model: str) -> tuple[str, ...]:
     return OPS[model].graph_inputs if model in OPS else ("x",)
 
 
+def model_outputs(model: str) -> tuple[str, ...]:
+    """The graph outputs of an exported model, in order: an op alone gives each of its outputs; every
+    other model gives y alone."""
+    return OPS[model].graph_outputs if model in OPS else ("y",)
+
+
 def probe_input_names(op_type: str) -> tuple[str, ...]:
     """The graph input names of a one-node probe: "x" first, then the op's other inputs by name
     (lower case). An op this catalogue does not know is probed with one input."""
     spec = by_onnx_type(op_type)
     return ("x",) + tuple(name.lower() for name in (spec.inputs[1:] if spec else ()))
+
+
+def probe_output_names(op_type: str) -> tuple[str, ...]:
+    """The graph output names of a one-node probe: "y", then the op's other outputs by name (lower
+    case). An op this catalogue does not know is probed with one output."""
+    spec = by_onnx_type(op_type)
+    return spec.graph_outputs if spec else ("y",)

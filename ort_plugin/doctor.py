@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from opspec import probe_input_names
+from opspec import probe_input_names, probe_output_names
 
 from .diagnose import Finding, custom_nodes, diagnose_model
 from .library_info import LibraryInfo, covers, read_library
@@ -86,12 +86,14 @@ def _probe_ops(path: Path, info: LibraryInfo, ort_facts: dict) -> list[Finding]:
                 from .loader import make_session
 
                 names = probe_input_names(op.op)
-                model = one_node_model(op.domain, op.op, since=op.since, element_type=element_type, inputs=names)
+                model = one_node_model(op.domain, op.op, since=op.since, element_type=element_type, inputs=names,
+                                       outputs=probe_output_names(op.op))
                 session = make_session(model, library=path, providers=[op.provider])
                 x = np.linspace(-4, 4, 17).astype(element_type)
-                y = session.run(None, {"x": x, **{name: np.ones_like(x) for name in names[1:]}})[0]
-                if y.shape != x.shape:
-                    raise RuntimeError(f"output shape {y.shape} for input shape {x.shape}")
+                outputs = session.run(None, {"x": x, **{name: np.ones_like(x) for name in names[1:]}})
+                shapes = [y.shape for y in outputs if y.shape != x.shape]
+                if shapes:
+                    raise RuntimeError(f"output shapes {shapes} for input shape {x.shape}")
                 ran.append(element_type)
             except Exception as exc:  # report every failure as a finding, keep probing the rest
                 findings.append(Finding("fail", subject, f"{element_type} is registered but does not run: {exc}",

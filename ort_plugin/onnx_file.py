@@ -254,19 +254,20 @@ def _tensor_value(name: str, element_type: str, shape) -> bytes:
 
 
 def one_node_model(domain: str, op_type: str, *, since: int = 1, element_type: str = "float32",
-                   opset: int = 17, ir_version: int = 8, shape=("n",), inputs=("x",)) -> bytes:
-    """y = domain::op_type(x, ...), by default on a 1-D tensor of dynamic length.
+                   opset: int = 17, ir_version: int = 8, shape=("n",), inputs=("x",), outputs=("y",)) -> bytes:
+    """y, ... = domain::op_type(x, ...), by default on a 1-D tensor of dynamic length.
 
     inputs: the graph inputs in order; the first has `shape`, the others are [shape[-1]] (a norm's
-    scale, say). What doctor runs to prove an op registers, and (domain "", Identity) the infer
+    scale, say); outputs: the graph outputs in order, each of `shape`. What doctor runs to prove an op registers, and (domain "", Identity) the infer
     image's copy floor.
     """
-    node = (b"".join(_len_field(NODE_INPUT, name) for name in inputs) + _len_field(NODE_OUTPUT, "y")
+    node = (b"".join(_len_field(NODE_INPUT, name) for name in inputs)
+            + b"".join(_len_field(NODE_OUTPUT, name) for name in outputs)
             + _len_field(NODE_NAME, "probe") + _len_field(NODE_OP_TYPE, op_type) + _len_field(NODE_DOMAIN, domain))
     values = b"".join(_len_field(GRAPH_INPUT, _tensor_value(name, element_type, shape if i == 0 else shape[-1:]))
                       for i, name in enumerate(inputs))
     graph = (_len_field(GRAPH_NODE, node) + _len_field(2, "doctor_probe") + values
-             + _len_field(GRAPH_OUTPUT, _tensor_value("y", element_type, shape)))
+             + b"".join(_len_field(GRAPH_OUTPUT, _tensor_value(name, element_type, shape)) for name in outputs))
     opsets = _len_field(MODEL_OPSET_IMPORT, _len_field(OPSET_DOMAIN, "") + _int_field(OPSET_VERSION, opset))
     if domain:
         opsets += _len_field(MODEL_OPSET_IMPORT, _len_field(OPSET_DOMAIN, domain) + _int_field(OPSET_VERSION, since))

@@ -159,6 +159,19 @@ def test_input_shape_the_model_cannot_take(plugin_path, shape, message):
     check_feed(session, {"x": np.ones((3, 7, 4), dtype=np.float32)})  # dynamic axes take any size
 
 
+def test_a_probe_of_several_outputs_declares_each():
+    """The doctor probes an op of several outputs with a node and graph that name each, of x's shape
+    (written without onnx, read back with it)."""
+    from ort_plugin.onnx_file import one_node_model
+
+    model = onnx.load_from_string(one_node_model("myops", "AddNorm", inputs=("x", "residual", "scale"),
+                                                 outputs=("y", "sum")))
+    onnx.checker.check_model(model)
+    assert list(model.graph.node[0].output) == ["y", "sum"]
+    assert [(v.name, [d.dim_param for d in v.type.tensor_type.shape.dim]) for v in model.graph.output] == \
+        [("y", ["n"]), ("sum", ["n"])]
+
+
 @pytest.mark.parametrize("damage", ["truncate", "garbage", "empty"])
 def test_broken_onnx_file_is_named(plugin_path, tmp_path, damage):
     data = swish_graph(with_neighbours=True).SerializeToString()

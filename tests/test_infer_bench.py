@@ -246,3 +246,22 @@ def test_a_gated_op_s_workload_feeds_and_counts_each_full_shaped_input(monkeypat
     assert in_a_model.graph_inputs == ("x",) and len(in_a_model.inputs(seed=0)) == 1
     with pytest.raises(ValueError, match="full_inputs=3 must be 1 to 2"):
         OpSpec("bad", "Bad", ("X", "gate"), full_inputs=3)
+
+
+def test_an_op_of_several_outputs_names_and_counts_each(monkeypatch):
+    """A fused add + norm returns Y and the sum, both of X's shape: the op-alone model's graph outputs
+    are y then the others by name, and the least traffic counts every output once."""
+    from infer import workloads
+    from opspec import OpSpec, WorkloadSpec, model_outputs
+
+    spec = OpSpec("add_norm", "AddNorm", ("X", "Residual", "scale"), full_inputs=2, outputs=("Y", "Sum"),
+                  workloads=(WorkloadSpec("add_norm", "alone"),))
+    assert spec.graph_inputs == ("x", "residual") and spec.graph_outputs == ("y", "sum")
+    monkeypatch.setitem(workloads.OPS, "add_norm", spec)
+    alone = workloads.Workload("add_norm", 2, 3, 8, op="add_norm")
+    assert alone.bytes_moved == ((2 + 2) * 2 * 3 * 8 + 8) * 4
+    assert model_outputs("swish") == ("y",) and model_outputs("ffn") == ("y",)
+    for inputs, outputs in ((("X", "scale"), ("Y", "scale")), (("X",), ("Y", "x")), (("X", "y"), ("Out",)),
+                            (("X",), ("Y", "Sum", "sum")), (("X",), ())):
+        with pytest.raises(ValueError, match="distinct names|at least one output"):
+            OpSpec("bad", "Bad", inputs, outputs=outputs)
