@@ -5,6 +5,7 @@ the architectures built, torch's CUDA and cuDNN are the entry's. CI builds them 
 from __future__ import annotations
 
 import csv
+import os
 import subprocess
 from pathlib import Path
 
@@ -17,6 +18,16 @@ pytestmark = pytest.mark.docker
 ENTRY = "cuda12.1"
 INFER_CHECKS = {"no-torch", "plugin-needed", "verify-cpu", "ort-cuda-needed", "ort-cuda-session", "plugin-cuda-archs"}
 TRAIN_CHECKS = {"torch-cuda", "extension-archs", "extension-loads", "plugin-cuda", "nvcc"}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _images_removed_after_in_ci():
+    """MYOPS_TESTS_FREE_DISK=1 (.ci/run): this module is the run's last reader of the entry's images
+    (about 10 GB), so they go once it ends; a developer's stay."""
+    yield
+    if os.environ.get("MYOPS_TESTS_FREE_DISK") == "1":
+        tags = [*docker.image_tags(matrix.entry(ENTRY)).values(), f"myops-lab/plugin-wheel:{ENTRY}"]
+        subprocess.run(["docker", "rmi", *tags], capture_output=True, env=docker.daemon_env(None))
 
 
 @pytest.fixture(scope="module")

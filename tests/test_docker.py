@@ -247,7 +247,7 @@ def test_two_builds_of_one_commit_hold_the_same_contents(cpu_images, tmp_path):
 
     repo = Path(__file__).resolve().parent.parent
     first = _contents_digest(cpu_images["infer"])
-    first_id = docker.image_id(cpu_images["infer"])
+    first_ids = {kind: docker.image_id(tag) for kind, tag in cpu_images.items()}
     clone = tmp_path / "elsewhere" / "myops-lab"
     files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"], cwd=repo,
                            capture_output=True, check=True).stdout.decode().split("\0")
@@ -261,8 +261,15 @@ def test_two_builds_of_one_commit_hold_the_same_contents(cpu_images, tmp_path):
         os.umask(old_umask)
     subprocess.run(["git", "init", "--quiet"], cwd=clone, check=True)  # revision() asks git; unknown is fine
     assert (clone / "lab" / "docker.py").stat().st_mode & 0o777 == 0o600
-    subprocess.run([sys.executable, "-c", "from lab import docker; docker.build_images('cpu', log=lambda m: None)"],
-                   cwd=clone, check=True, timeout=1800, preexec_fn=lambda: os.umask(0o077),
-                   env=dict(os.environ, PYTHONPATH=str(clone)))
-    assert docker.image_id(cpu_images["infer"]) != first_id
-    assert _contents_digest(cpu_images["infer"]) == first
+    try:
+        subprocess.run([sys.executable, "-c", "from lab import docker; docker.build_images('cpu', log=lambda m: None)"],
+                       cwd=clone, check=True, timeout=1800, preexec_fn=lambda: os.umask(0o077),
+                       env=dict(os.environ, PYTHONPATH=str(clone)))
+        assert docker.image_id(cpu_images["infer"]) != first_ids["infer"]
+        assert _contents_digest(cpu_images["infer"]) == first
+    finally:  # the tags back on this checkout's images; the clone's (gigabytes of their own layers) removed
+        for kind, tag in cpu_images.items():
+            built = docker.image_id(tag)
+            subprocess.run(["docker", "tag", first_ids[kind], tag], check=True)
+            if built and built != first_ids[kind]:
+                subprocess.run(["docker", "rmi", built], capture_output=True)
