@@ -67,7 +67,7 @@ def write(out: Path, *, exporters, opsets, log=print) -> dict:
             feed = {name: torch.randn(*INPUT_SHAPE, generator=generator) for name in E.model_inputs(model_name)}
             with torch.no_grad():
                 outputs = E.build_model(model_name, **attributes)(*feed.values())
-            outputs = outputs if isinstance(outputs, tuple) else (outputs,)
+            outputs = tuple(outputs) if isinstance(outputs, (tuple, list)) else (outputs,)
             inputs, reference = f"inputs-{model_name}.npz", f"reference-{model_name}.npz"
             save_npz(staging / inputs, **{name: t.numpy() for name, t in feed.items()})
             save_npz(staging / reference, **{name: t.numpy() for name, t in zip(E.model_outputs(model_name), outputs,

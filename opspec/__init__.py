@@ -48,8 +48,9 @@ class OpSpec:
                              "the count of its inputs that have X's shape")
         if not self.outputs:
             raise ValueError(f"OpSpec {self.name!r}: an op has at least one output")
-        names = [name.lower() for name in (*self.inputs, *self.outputs)]
-        if len(set(names)) != len(names) or "x" in names[len(self.inputs):] or "y" in names[1:len(self.inputs)]:
+        # the names the graphs use: x and y first, the others lower-cased (weights are inputs of a probe)
+        names = ["x", *(name.lower() for name in self.inputs[1:]), "y", *(name.lower() for name in self.outputs[1:])]
+        if len(set(names)) != len(names):
             raise ValueError(f"OpSpec {self.name!r}: its inputs {self.inputs} and outputs {self.outputs} must have "
                              "distinct names (case aside; 'x' and 'y' are the first input's and output's graph names)")
 

@@ -262,6 +262,6 @@ def test_an_op_of_several_outputs_names_and_counts_each(monkeypatch):
     assert alone.bytes_moved == ((2 + 2) * 2 * 3 * 8 + 8) * 4
     assert model_outputs("swish") == ("y",) and model_outputs("ffn") == ("y",)
     for inputs, outputs in ((("X", "scale"), ("Y", "scale")), (("X",), ("Y", "x")), (("X", "y"), ("Out",)),
-                            (("X",), ("Y", "Sum", "sum")), (("X",), ())):
+                            (("X",), ("Y", "Sum", "sum")), (("X",), ()), (("X",), ("Out", "y")), (("In", "x"), ("Y",))):
         with pytest.raises(ValueError, match="distinct names|at least one output"):
             OpSpec("bad", "Bad", inputs, outputs=outputs)

@@ -33,6 +33,8 @@ def _backward_of(function, x, grad, inputs=None):
         xg = x.detach().requires_grad_(True)
         leaves = [xg] + [t.detach().requires_grad_(True) for t in (inputs or ())]
         y = function(*leaves)
+        if isinstance(y, (tuple, list)):  # several outputs: the same upstream gradient into each
+            return lambda: torch.autograd.grad(tuple(y), leaves, (grad,) * len(y), retain_graph=True)
         return lambda: torch.autograd.grad(y, leaves, grad, retain_graph=True)
     return make
 
@@ -64,8 +66,11 @@ def row_plan(x, grad, beta: float, op: str = "swish") -> list[tuple[str, str, fl
         return _backward_of(lambda t, *w: function(t, *w, *constants), x, grad, others + weights)
 
     native = declared.native is not None and declared.native_applies(attributes)
-    full = 1 + len(others)  # each full-shaped input read, y written; backward: grad and each read, each gradient written
-    moved, moved_back = full + 1 + len(weights) * per_weight, 1 + 2 * full + 2 * len(weights) * per_weight
+    # each full-shaped input read, each output written; backward: each output's grad and each input read,
+    # each gradient written
+    full, outputs = 1 + len(others), len(declared.spec.outputs)
+    moved = full + outputs + len(weights) * per_weight
+    moved_back = outputs + 2 * full + 2 * len(weights) * per_weight
     plan = [
         ("torch_copy", "torch.clone", 2, lambda: (lambda: x.clone())),
         ("torch_composite", declared.reference_text, moved, forward(declared.reference)),
