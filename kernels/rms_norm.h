@@ -34,7 +34,8 @@ inline T dot_plain(const T* a, const T* b, int64_t n) {
   for (; i + kLanes <= n; i += kLanes) {
     for (int k = 0; k < kLanes; ++k) lanes[k] += a[i + k] * b[i + k];
   }
-  for (int k = 0; i < n; ++i, ++k) lanes[k] += a[i] * b[i];
+  const int64_t tail = n - i;  // counted (< kLanes), so GCC vectorises it and sees no overflow of lanes
+  for (int64_t k = 0; k < tail; ++k) lanes[k] += a[i + k] * b[i + k];
   for (int width = kLanes / 2; width > 0; width /= 2) {
     for (int k = 0; k < width; ++k) lanes[k] += lanes[k + width];
   }
@@ -58,7 +59,8 @@ inline void backward_row_plain(const T* grad, const T* x, const T* w, T* dx, T* 
   for (; j + kLanes <= cols; j += kLanes) {
     for (int k = 0; k < kLanes; ++k) gx_lanes[k] += (grad[j + k] * w[j + k]) * x[j + k];
   }
-  for (int k = 0; j < cols; ++j, ++k) gx_lanes[k] += (grad[j] * w[j]) * x[j];
+  const int64_t tail = cols - j;
+  for (int64_t k = 0; k < tail; ++k) gx_lanes[k] += (grad[j + k] * w[j + k]) * x[j + k];
   for (int width = kLanes / 2; width > 0; width /= 2) {
     for (int k = 0; k < width; ++k) gx_lanes[k] += gx_lanes[k + width];
   }
