@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto
 from test_ort_plugin import swish_graph
 
 from ort_plugin import PluginError, make_session
