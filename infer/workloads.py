@@ -46,8 +46,8 @@ class Workload:
         """The least traffic the workload needs with a fused op (read once, write once).
 
         An op alone: each full-shaped input in (X, a gated op's gate), each output out (Y, a fused add +
-        norm's sum), each [hidden]-shaped input (RMSNorm's scale) once. ffn: x and W1 in, h out; h in, a out (the fused activation); a and W2 in,
-        y out. Biases are negligible and left out.
+        norm's sum), each [hidden]-shaped input (RMSNorm's scale) once. ffn: x and W1 in, h out; h in, a
+        out (the fused activation); a and W2 in, y out. Biases are negligible and left out.
         """
         if self.op_alone:
             spec = OPS[self.op]

@@ -34,7 +34,7 @@ inline T dot_plain(const T* a, const T* b, int64_t n) {
   for (; i + kLanes <= n; i += kLanes) {
     for (int k = 0; k < kLanes; ++k) lanes[k] += a[i + k] * b[i + k];
   }
-  const int64_t tail = n - i;  // counted (< kLanes), so GCC vectorises it and sees no overflow of lanes
+  const int64_t tail = n - i;  // counted (< kLanes): GCC can see no lane index reaches kLanes
   for (int64_t k = 0; k < tail; ++k) lanes[k] += a[i + k] * b[i + k];
   for (int width = kLanes / 2; width > 0; width /= 2) {
     for (int k = 0; k < width; ++k) lanes[k] += lanes[k + width];

@@ -425,6 +425,11 @@ def _common_args(entry: dict, bases: dict, plan: dict) -> dict:
     }
 
 
+def plugin_wheel_tag(entry_id: str) -> str:
+    """The image build_plugin_wheel builds its plugin wheel in (the infer image's plugin stage)."""
+    return f"myops-lab/plugin-wheel:{entry_id}"
+
+
 def build_plugin_wheel(entry_id: str, out: Path, *, no_cache: bool = False, log=print) -> Path:
     """The entry's plugin wheel as its infer image builds it (the plugin stage alone, on the entry's
     build base with its CUDA toolkit), copied into `out`; not yet checked or tagged by auditwheel.
@@ -441,7 +446,7 @@ def build_plugin_wheel(entry_id: str, out: Path, *, no_cache: bool = False, log=
         raise DockerError(str(exc)) from exc
     contexts, _ = prepare_context(entry, locks, toolkit_home, cuda_architectures=cmake_cuda_architectures(plan["archs"]),
                                   log=log)
-    tag = f"myops-lab/plugin-wheel:{entry_id}"
+    tag = plugin_wheel_tag(entry_id)
     args = dict(_common_args(entry, bases, plan), TRAIN_IMAGE=image_tags(entry)["train"])
     log(f"[docker] building the plugin stage of the {entry_id} infer image ({tag}) ...")
     _build("infer.Dockerfile", tag, contexts["infer"], args, contexts["infer"].parent / "wheels-infer", log=log,

@@ -33,7 +33,7 @@ import onnx
 import onnx.version_converter
 import torch
 
-from opspec import DOMAIN, DOMAIN_VERSION, model_inputs, model_outputs  # noqa: F401 (re-exported)
+from opspec import DOMAIN, DOMAIN_VERSION, model_inputs, model_outputs
 
 from . import load as load_extension
 from .declaration import TorchOp

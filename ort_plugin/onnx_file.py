@@ -258,8 +258,8 @@ def one_node_model(domain: str, op_type: str, *, since: int = 1, element_type: s
     """y, ... = domain::op_type(x, ...), by default on a 1-D tensor of dynamic length.
 
     inputs: the graph inputs in order; the first has `shape`, the others are [shape[-1]] (a norm's
-    scale, say); outputs: the graph outputs in order, each of `shape`. What doctor runs to prove an op registers, and (domain "", Identity) the infer
-    image's copy floor.
+    scale, say); outputs: the graph outputs in order, each of `shape`. What doctor runs to prove an op
+    registers, and (domain "", Identity) the infer image's copy floor.
     """
     node = (b"".join(_len_field(NODE_INPUT, name) for name in inputs)
             + b"".join(_len_field(NODE_OUTPUT, name) for name in outputs)

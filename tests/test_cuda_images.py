@@ -26,7 +26,7 @@ def _images_removed_after_in_ci():
     (about 10 GB), so they go once it ends; a developer's stay."""
     yield
     if os.environ.get("MYOPS_TESTS_FREE_DISK") == "1":
-        tags = [*docker.image_tags(matrix.entry(ENTRY)).values(), f"myops-lab/plugin-wheel:{ENTRY}"]
+        tags = [*docker.image_tags(matrix.entry(ENTRY)).values(), docker.plugin_wheel_tag(ENTRY)]
         subprocess.run(["docker", "rmi", *tags], capture_output=True, env=docker.daemon_env(None))
 
 
