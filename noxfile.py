@@ -264,8 +264,8 @@ def export(session: nox.Session) -> None:
 
 @nox.session(venv_backend="none")
 def new_op(session: nox.Session) -> None:
-    """Scaffold a new op in all three layers: `nox -s new_op -- NAME [--kind elementwise|rowwise] [--inputs N|X,...]
-    [--weights W,...] [--attributes A=V,...] [--native EXPR]`."""
+    """Scaffold a new op in all three layers: `nox -s new_op -- NAME [--kind elementwise|rowwise] [--inputs N|x,...]
+    [--outputs N|y,...] [--weights W,...] [--attributes A=V,...] [--native EXPR]`."""
     from lab import new_op as scaffold
 
     try:

@@ -1,11 +1,12 @@
 """Scaffold a new op across the three layers: `nox -s new_op -- NAME [--kind elementwise|rowwise]
-[--inputs N|X,...] [--weights W,...] [--attributes A=V,...] [--native EXPR]` (or `python -m lab.new_op NAME ...`).
+[--inputs N|x,...] [--outputs N|y,...] [--weights W,...] [--attributes A=V,...] [--native EXPR]` (or
+`python -m lab.new_op NAME ...`).
 
 Writes, from lab/new_op_templates/<kind>/, the op's torch-free declaration (opspec/), its math header and
 CUDA functors (kernels/), the extension's schema and CPU/CUDA kernels (ops/csrc/), its Python side
 with fakes, autograd and declaration (ops/<name>.py), its ONNX lowerings (ops/<name>_onnx.py), the
 plugin's CPU and CUDA kernels (ort_plugin/src/) and its tests. An elementwise op is the identity (the
-product of its inputs, with several) until edited (its CPU kernels in Highway vectors,
+product of its inputs, with several; each further output twice the one before) until edited (its CPU kernels in Highway vectors,
 kernels/<name>_vec-inl.h); a row-wise op, over the last dimension with per-channel weights and float
 attributes, centres each row and scales it by its weights until edited (plain loops GCC vectorises,
 RMSNorm's CUDA reduction). Either way the scaffold
@@ -244,83 +245,179 @@ def rowwise_values(name: str, weights: tuple[str, ...], attributes: dict[str, fl
     }
 
 
-def parse_inputs(text: str) -> tuple[str, ...]:
-    """--inputs: a count (2: x and x2) or names ("x,gate"; the first is always x), each of the output's
-    shape. At most 8: the kernels pass them as one array each."""
+def _parse_names(text: str, what: str, first: str, example: str, suffix: str) -> tuple[str, ...]:
+    """--inputs or --outputs: a count ("2": x and x2) or names, the first always `first`."""
+    option = f"--{what}s"
     text = text.strip()
     if text.isdigit():
         count = int(text)
-        names = ("x", *(f"x{k}" for k in range(2, count + 1))) if count >= 1 else ()
+        names = (first, *(f"{first}{k}" for k in range(2, count + 1))) if count >= 1 else ()
     else:
         names = tuple(part.strip() for part in text.split(",") if part.strip())
-        if names and names[0] != "x":
-            raise ScaffoldError(f"--inputs {text!r}: the first input is always x, as every op's; e.g. --inputs "
-                                f"x,{','.join(n for n in names if n != 'x')}")
-        if names.count("x") > 1:
-            raise ScaffoldError(f"--inputs {text!r}: x is given twice; the first input is x, name the others")
+        if names and names[0] != first:
+            raise ScaffoldError(f"{option} {text!r}: the first {what} is always {first}, as every op's; e.g. {option} "
+                                f"{first},{','.join(n for n in names if n != first)}")
+        if names.count(first) > 1:
+            raise ScaffoldError(f"{option} {text!r}: {first} is given twice; the first {what} is {first}, name the others")
     if not 1 <= len(names) <= 8:
-        raise ScaffoldError(f"--inputs {text!r}: give 1 to 8 inputs, a count (--inputs 2) or names whose first is x "
-                            "(--inputs x,gate)")
-    taken: set[str] = {"x"}
+        raise ScaffoldError(f"{option} {text!r}: give 1 to 8 {what}s, a count ({option} 2) or names whose first is "
+                            f"{first} ({option} {example})")
+    taken: set[str] = {first}
     for extra in names[1:]:
         if extra in INPUT_RESERVED:
-            raise ScaffoldError(f"input name {extra!r} is a name the generated code uses: choose another (e.g. {extra}_in)")
-        _check_parameter("input", extra, taken)
-    # Names the generated code derives from each input: no two may meet (gate and gatec, x and dx).
-    derived = [f"{n}{suffix}" for n in names for suffix in ("", "c", "p")] + \
-        [f"{prefix}{n}{suffix}" for n in names for prefix, suffix in (("d", ""), ("d", "p"), ("vd", ""))]
-    clash = sorted({d for d in derived if derived.count(d) > 1} | ({d for d in derived} & {"gc", "gp", "y", "yp", "grad"}))
-    if clash:
-        raise ScaffoldError(f"--inputs {text!r}: the generated code would name two things {', '.join(clash)}; choose "
-                            "input names that are not another's name with a d in front or a c or p behind")
+            raise ScaffoldError(f"{what} name {extra!r} is a name the generated code uses: choose another "
+                                f"(e.g. {extra}_{suffix})")
+        _check_parameter(what, extra, taken)
     return names
 
 
-def elementwise_values(name: str, inputs: tuple[str, ...]) -> dict[str, str]:
-    """The generated parts of the elementwise templates: signatures and lists over the inputs (x first),
-    and the placeholder math: the identity for one input, the product of the inputs for several."""
-    n = len(inputs)
+def parse_inputs(text: str) -> tuple[str, ...]:
+    """--inputs: a count (2: x and x2) or names ("x,gate"; the first is always x), each of the output's
+    shape. At most 8: the kernels pass them as one array each."""
+    names = _parse_names(text, "input", "x", "x,gate", "in")
+    _check_generated_names(names, ("y",))
+    return names
+
+
+def parse_outputs(text: str) -> tuple[str, ...]:
+    """--outputs: a count (2: y and y2) or names ("y,total"; the first is always y), each of the inputs'
+    shape. At most 8, as the inputs."""
+    return _parse_names(text, "output", "y", "y,total", "out")
+
+
+def _check_generated_names(inputs: tuple[str, ...], outputs: tuple[str, ...]) -> None:
+    """The names the generated code derives from each input and output: no two may meet (gate and gatec,
+    x and dx, an output named like an input)."""
+    derived = [f"{n}{suffix}" for n in inputs for suffix in ("", "c", "p")] + \
+        [f"{prefix}{n}{suffix}" for n in inputs for prefix, suffix in (("d", ""), ("d", "p"), ("vd", ""))] + \
+        [f"{prefix}{n}{suffix}" for n in outputs[1:] for prefix, suffix in (("", ""), ("", "p"), ("v", ""),
+                                                                            ("grad_", ""), ("grad_", "c"), ("grad_", "p"))]
+    fixed = {"gc", "gp", "y", "yp", "vy", "grad", "outs"}
+    clash = sorted({d for d in derived if derived.count(d) > 1} | (set(derived) & fixed))
+    if clash:
+        what = "input and output" if len(outputs) > 1 else "input"
+        raise ScaffoldError(f"--inputs {','.join(inputs)}{' --outputs ' + ','.join(outputs) if len(outputs) > 1 else ''}: "
+                            f"the generated code would name two things {', '.join(clash)}; choose {what} names that "
+                            "are not another's name with a d, v or grad_ in front or a c or p behind")
+
+
+def elementwise_values(name: str, inputs: tuple[str, ...], outputs: tuple[str, ...] = ("y",)) -> dict[str, str]:
+    """The generated parts of the elementwise templates: signatures and lists over the inputs (x first) and
+    the outputs (y first), and the placeholder math: y is the identity for one input, the product of the
+    inputs for several; each further output is twice the one before (y, 2y, 4y, ...)."""
+    _check_generated_names(inputs, outputs)
+    n, m = len(inputs), len(outputs)
     many = n > 1
+    several = m > 1
     grads = [f"d{i}" for i in inputs]
     others = inputs[1:]
+    extra = outputs[1:]
+    out_grads = ["grad", *(f"grad_{o}" for o in extra)]
+    # The placeholder's further outputs: outputs[k] = outputs[k-1] + outputs[k-1] = 2^k y (exact in any float).
+    doublings = [(o, outputs[k]) for k, o in enumerate(extra)]
 
     def product_without(k: int, prefix: str = "") -> str:
         rest = [f"{prefix}{i}" for j, i in enumerate(inputs) if j != k]
         return " * ".join(["grad", *rest])
 
     onnx_names = ("X", *others)
+    onnx_outputs = ("Y", *extra)
+    quoted_outputs = [f'"{o}"' for o in onnx_outputs]
     indent = "\n  "
+    base = "the product of its inputs" if many else "the identity"
+    forward_body = " * ".join(inputs)
+    vec_forward_body = ("hn::Mul(" * (n - 1)) + inputs[0] + "".join(f", {i})" for i in others)
+    decomposed_body = (("op.Mul(" * (n - 1)) + inputs[0] + "".join(f", {i})" for i in others)) if many else "op.Identity(x)"
+    py_reference = " * ".join(inputs) if many else "x.clone()"
+    decomposed_nodes = (['"Mul"'] * (n - 1) if many else ['"Identity"']) + ['"Add"'] * (m - 1)
+
+    def doubled(prefix: str, add: str, suffix: str = "", pairs=doublings) -> str:  # each output twice the one before
+        return "".join(f"\n{prefix}{o} = {add.format(a=before)}{suffix}" for o, before in pairs)
+
+    # In ONNX the identity's first double reads x: the exporters' optimisers forward an Identity's input to
+    # its readers, and the fuse rule must match what they write.
+    onnx_doublings = doublings if many else [(doublings[0][0], "x"), *doublings[1:]] if several else []
+
+    def loads(tag: str, names) -> str:
+        return ", ".join(f"hn::LoadU({tag}, {i} + i)" for i in names)
+
+    def vec_forward_step(tag: str) -> str:
+        if not several:
+            return f" hn::StoreU(Forward1({tag}, {loads(tag, inputs)}), {tag}, y + i);"
+        return (f" {{\n    hn::Vec<decltype({tag})> {', '.join(f'v{o}' for o in outputs)};"
+                f"\n    Forward1({tag}, {loads(tag, inputs)}, {', '.join(f'v{o}' for o in outputs)});"
+                + "".join(f"\n    hn::StoreU(v{o}, {tag}, {o} + i);" for o in outputs) + "\n  }")
+
+    # y's gradient gathers every output's: the placeholder's k-th further output is 2^k y.
+    def gathered(line: str) -> str:
+        return "".join(indent + line.format(c=2 ** (k + 1), g=g) for k, g in enumerate(out_grads[1:]))
+
     return {
         "input_count": str(n),
         "input_args": ", ".join(inputs),
         "input_tuple": "".join(f"{i}, " for i in inputs).rstrip(),
         "inputs_note": f" over {n} inputs of one shape" if many else "",
-        "placeholder": "the product of its inputs" if many else "the identity",
+        "placeholder": base + (f" (y), with {', '.join(f'{o} = {2 ** (k + 1)}y' for k, o in enumerate(extra))}"
+                               if several else ""),
         "placeholder_py": " * ".join(f"inputs[{k}]" for k in range(n)),
         "onnx_input_list": ", ".join(onnx_names),
         "onnx_inputs": ", ".join(f'"{i}"' for i in onnx_names) + ("" if many else ","),
         "full_inputs": f" full_inputs={n}," if many else "",
+        "outputs_field": f" outputs=({', '.join(quoted_outputs)})," if several else "",
+        # the outputs
+        "output_count": str(m),
+        "output_text": f"({', '.join(outputs)})" if several else "y",
+        "onnx_output_text": f"({', '.join(onnx_outputs)})" if several else "Y",
+        "output_args": ", ".join(outputs),
+        "outgrad_args": ", ".join(out_grads),
         "input_count_text": f"{n} inputs ({', '.join(onnx_names)})" if many else "one input (X)",
         # kernels/NAME.h
         "t_params": ", ".join(f"T {i}" for i in inputs),
-        "forward_body": " * ".join(inputs),
+        "outputs_decl": (f"\ninline constexpr int kOutputs = {m};  // {', '.join(outputs)}: each of the inputs' shape"
+                         f"\n\n// The outputs of one element.\ntemplate <typename T>\nstruct Outputs {{"
+                         + "".join(f"{indent}T {o};" for o in outputs) + "\n};") if several else "",
+        "forward_type": "Outputs<T>" if several else "T",
+        "forward_lines": (f"  const T y = {forward_body};" + doubled("  const T ", "{a} + {a}", ";")
+                          + f"\n  return {{{', '.join(outputs)}}};") if several else f"  return {forward_body};",
+        "grads_note": (f"\n// grad is y's gradient, {', '.join(out_grads[1:])} {'each other output' if m > 2 else extra[0]}'s; the "
+                       "placeholder's outputs all derive from y (each\n// twice the one before), so y's gradient "
+                       "gathers theirs first." if several else ""),
+        "t_outgrad_params": ", ".join(f"T {g}" for g in out_grads),
         "grad_fields": "".join(f"{indent}T {i};" for i in inputs),
-        "backward_body": (f"{indent}return {{{', '.join(product_without(k) for k in range(n))}}};" if many
+        "backward_body": gathered("grad = grad + T({c}) * {g};") + (f"{indent}return {{{', '.join(product_without(k) for k in range(n))}}};" if many
                           else f"{indent}(void)x;{indent}return {{grad}};"),
         "float_in_params": ", ".join(f"const float* {i}" for i in inputs),
         "float_grad_params": ", ".join(f"float* {g}" for g in grads),
         "double_in_params": ", ".join(f"const double* {i}" for i in inputs),
         "double_grad_params": ", ".join(f"double* {g}" for g in grads),
+        "float_out_params": ", ".join(f"float* {o}" for o in outputs),
+        "double_out_params": ", ".join(f"double* {o}" for o in outputs),
+        "float_outgrad_params": ", ".join(f"const float* {g}" for g in out_grads),
+        "double_outgrad_params": ", ".join(f"const double* {g}" for g in out_grads),
+        "indexed_outgrads": ", ".join(f"{g}[i]" for g in out_grads),
+        "double_forward_loop": (f"  for (int64_t i = 0; i < n; ++i) {{\n    const Outputs<double> outs = forward("
+                                f"{', '.join(f'{i}[i]' for i in inputs)});"
+                                + "".join(f"\n    {o}[i] = outs.{o};" for o in outputs) + "\n  }") if several else
+                               f"  for (int64_t i = 0; i < n; ++i) y[i] = forward({', '.join(f'{i}[i]' for i in inputs)});",
         "grad_args": ", ".join(grads),
         "indexed_inputs": ", ".join(f"{i}[i]" for i in inputs),
         "store_grads": "".join(f"\n    {g}[i] = g.{i};" for g, i in zip(grads, inputs)),
         # kernels/NAME_vec-inl.h
         "v_params": ", ".join(f"V {i}" for i in inputs),
         "v_grad_params": ", ".join(f"V& {g}" for g in grads),
-        "vec_forward_body": ("hn::Mul(" * (n - 1)) + inputs[0] + "".join(f", {i})" for i in others),
-        "vec_backward_body": "".join(
+        "vec_forward_type": "void" if several else "V",
+        "v_out_params": "".join(f", V& {o}" for o in outputs) if several else "",
+        "vec_forward_lines": (f"  y = {vec_forward_body};" + doubled("  ", "hn::Add({a}, {a})", ";")) if several
+                             else f"  return {vec_forward_body};",
+        "vec_forward_step_d": vec_forward_step("d"),
+        "vec_forward_step_d1": vec_forward_step("d1"),
+        "v_outgrad_params": ", ".join(f"V {g}" for g in out_grads),
+        "outgrad_loads_d": loads("d", out_grads),
+        "outgrad_loads_d1": loads("d1", out_grads),
+        "vec_backward_body": gathered("grad = hn::MulAdd(hn::Set(d, {c}.0f), {g}, grad);") + "".join(
             f"{indent}{g} = " + ("hn::Mul(" * (n - 1)) + "grad" + "".join(f", {i})" for j, i in enumerate(inputs) if j != k) + ";"
-            for k, g in enumerate(grads)) if many else f"{indent}(void)x;{indent}dx = grad;",
+            for k, g in enumerate(grads)) if many else gathered("grad = hn::MulAdd(hn::Set(d, {c}.0f), {g}, grad);")
+        + f"{indent}(void)x;{indent}dx = grad;",
         "loads_d": ", ".join(f"hn::LoadU(d, {i} + i)" for i in inputs),
         "loads_d1": ", ".join(f"hn::LoadU(d1, {i} + i)" for i in inputs),
         "vec_grad_decls": ", ".join(f"v{g}" for g in grads),
@@ -329,12 +426,33 @@ def elementwise_values(name: str, inputs: tuple[str, ...]) -> dict[str, str]:
         "stores_d1": "".join(f"\n    hn::StoreU(v{g}, d1, {g} + i);" for g in grads),
         # kernels/NAME_cuda.cu and .h
         "in_list": ", ".join(f"in[{k}]" for k in range(n)),
-        "in_list_after_grad": ", ".join(f"in[{k + 1}]" for k in range(n)),
+        "in_list_after_grad": ", ".join(f"in[{k + m}]" for k in range(n)),
+        "cuda_out_count": "kOutputs" if several else "1",
+        "cuda_forward_body": (f"    const Outputs<float> outs = {name}::forward({', '.join(f'in[{k}]' for k in range(n))});"
+                              + "".join(f"\n    out[{k}] = outs.{o};" for k, o in enumerate(outputs))) if several else
+                             f"    out[0] = {name}::forward({', '.join(f'in[{k}]' for k in range(n))});",
+        "cuda_outgrad_list": ", ".join(f"in[{k}]" for k in range(m)),
+        "void_out_params": ", ".join(f"void* {o}" for o in outputs),
+        "void_outgrad_params": ", ".join(f"const void* {g}" for g in out_grads),
         "cuda_store_grads": "".join(f"\n    out[{k}] = g.{i};" for k, i in enumerate(inputs)),
         "void_in_params": ", ".join(f"const void* {i}" for i in inputs),
         "void_grad_params": ", ".join(f"void* {g}" for g in grads),
         # the torch adapters (ops/csrc)
         "cpp_tensor_params": ", ".join(f"const at::Tensor& {i}" for i in inputs),
+        "cpp_forward_type": f"std::tuple<{', '.join(['at::Tensor'] * m)}>" if several else "at::Tensor",
+        "cpp_forward_return": f"std::make_tuple({', '.join(outputs)})" if several else "y",
+        "cpp_more_outputs": "".join(f"\n  at::Tensor {o} = at::empty_like(xc, at::MemoryFormat::Contiguous);" for o in extra),
+        "cpp_more_output_pointers": "".join(f"\n    scalar_t* {o}p = {o}.mutable_data_ptr<scalar_t>();" for o in extra),
+        "cpp_output_offsets": ", ".join(f"{o}p + begin" for o in outputs),
+        "cpp_outgrad_params": ", ".join(f"const at::Tensor& {g}" for g in out_grads),
+        "cpp_check_outgrads": "".join(f'\n  check_like_x({g}, x, "{name}_backward", "{g}");' for g in out_grads[1:]),
+        "cpp_contiguous_outgrads": "".join(f"\n  const at::Tensor {g}c = {g}.contiguous();" for g in out_grads[1:]),
+        "cpp_outgrad_pointers": "".join(f"\n    const scalar_t* {g}p = {g}c.const_data_ptr<scalar_t>();" for g in out_grads[1:]),
+        "cpp_outgrad_offsets": ", ".join(["gp + begin", *(f"{g}p + begin" for g in out_grads[1:])]),
+        "cuda_output_pointers": ", ".join(f"{o}.mutable_data_ptr()" for o in outputs),
+        "cuda_outgrad_pointers": ", ".join(["gc.const_data_ptr()", *(f"{g}c.const_data_ptr()" for g in out_grads[1:])]),
+        "schema_returns": f"({', '.join(['Tensor'] * m)})" if several else "Tensor",
+        "schema_outgrad_params": ", ".join(f"Tensor {g}" for g in out_grads),
         "cpp_check_others": "".join(f'\n  check_like_x({i}, x, "{name}", "{i}");' for i in others),
         "cpp_check_others_backward": "".join(f'\n  check_like_x({i}, x, "{name}_backward", "{i}");' for i in others),
         "cuda_check_others": "".join(f'\n  check_like_x({i}, x, "{name}", "{i}");' for i in others),
@@ -353,10 +471,21 @@ def elementwise_values(name: str, inputs: tuple[str, ...]) -> dict[str, str]:
         "schema_backward_returns": f"({', '.join(['Tensor'] * n)})" if many else "Tensor",
         # the plugin
         "span_in_list": ", ".join(f"in[{k}]" for k in range(n)),
+        "span_out_list": ", ".join(f"out[{k}]" for k in range(m)),
+        "output_count_text": f"{m} outputs ({', '.join(onnx_outputs)}) like X" if several else "one output like X",
         "cuda_plugin_in_list": ", ".join(f"in[{k}]" for k in range(n)),
         # Python
         "py_params": ", ".join(f"{i}: torch.Tensor" for i in inputs),
-        "py_reference": " * ".join(inputs) if many else "x.clone()",
+        "py_return_type": f"tuple[{', '.join(['torch.Tensor'] * m)}]" if several else "torch.Tensor",
+        "py_reference_lines": (f"    y = {py_reference}" + doubled("    ", "{a} + {a}") + f"\n    return {', '.join(outputs)}")
+                              if several else f"    return {py_reference}",
+        "py_backward": PY_BACKWARD_SEVERAL.replace("$name", name) if several else PY_BACKWARD_ONE.replace("$name", name),
+        "py_grad_params": "*grads" if several else "grad",
+        "py_fake_outputs": (f"tuple(torch.empty_like(x, memory_format=torch.contiguous_format) for _ in range({m}))"
+                            if several else "torch.empty_like(x, memory_format=torch.contiguous_format)"),
+        "py_fake_outgrad_checks": "".join(
+            f'\n        torch._check({g}.shape == x.shape, lambda: f"myops::{name}_backward: {g} shape {{{g}.shape}} != x '
+            f'shape {{x.shape}}")' for g in out_grads[1:]),
         "py_fake_checks": "".join(
             f'\n        torch._check({i}.shape == x.shape and {i}.dtype == x.dtype,'
             f'\n                     lambda: f"myops::{name}: {i} ({{{i}.dtype}}, {{{i}.shape}}) must have x\'s dtype and shape "'
@@ -364,13 +493,24 @@ def elementwise_values(name: str, inputs: tuple[str, ...]) -> dict[str, str]:
             for i in others),
         "py_fake_grads": (f"tuple(torch.empty_like(t, memory_format=torch.contiguous_format) for t in ({', '.join(inputs)}))"
                           if many else "torch.empty_like(x, memory_format=torch.contiguous_format)"),
-        "copy_floor_limit": f"{1.3 * (n + 1) / 2:.2f}".rstrip("0").rstrip(".") if many else "1.3",
-        "copy_floor_note": (f"\n    # ({n} inputs and the output move {n + 1} tensors where the copy floor moves 2: its limit scales with that.)"
-                            if many else ""),
+        "copy_floor_limit": f"{1.3 * (n + m) / 2:.2f}".rstrip("0").rstrip(".") if many or several else "1.3",
+        "copy_floor_note": (f"\n    # ({n} input{'s' if many else ''} and {f'{m} outputs' if several else 'the output'} move {n + m} tensors where "
+                            "the copy floor moves 2: its limit scales with that.)" if many or several else ""),
         # ONNX
-        "decomposed_text": "Mul" if many else "Identity",
-        "decomposed_nodes": ", ".join(['"Mul"'] * (n - 1)) + ("" if n > 2 else ",") if many else '"Identity",',
-        "decomposed_body": (("op.Mul(" * (n - 1)) + inputs[0] + "".join(f", {i})" for i in others)) if many else "op.Identity(x)",
+        "decomposed_text": ("Mul" if many else "Identity") + (" and Add" if several else ""),
+        "decomposed_nodes": ", ".join(decomposed_nodes) + ("," if len(decomposed_nodes) == 1 else ""),
+        "decomposed_lines": (f"    y = {decomposed_body}" + doubled("    ", "op.Add({a}, {a})", pairs=onnx_doublings)
+                             + f"\n    return {', '.join(outputs)}") if several else f"    return {decomposed_body}",
+        "schema_outputs": ", ".join(f'OpSchema.FormalParameter("{o}", "T")' for o in onnx_outputs),
+        "ts_custom_lines": (f'        outputs = g.op(f"{{DOMAIN}}::{{ONNX_TYPE}}", {", ".join(inputs)}, outputs={m})'
+                            + TS_SET_TYPES) if several else
+                           (f'        y = g.op(f"{{DOMAIN}}::{{ONNX_TYPE}}", {", ".join(inputs)})'
+                            "\n        y.setType(x.type())\n        return y"),
+        "ts_decomposed_lines": (f"        outputs = decomposed_graph(_TorchScriptOps(g), {', '.join(inputs)})" + TS_SET_TYPES)
+                               if several else
+                               (f"        y = decomposed_graph(_TorchScriptOps(g), {', '.join(inputs)})"
+                                "\n        y.setType(x.type())\n        return y"),
+        "fuse_outputs": f", _outputs={m}" if several else "",
         "schema_text": f"{n} float tensors of one shape" if many else "one float tensor",
         "schema_inputs": ", ".join(f'OpSchema.FormalParameter("{i}", "T")' for i in onnx_names),
         "parse_args": ", ".join(['"v"'] * n),
@@ -380,6 +520,17 @@ def elementwise_values(name: str, inputs: tuple[str, ...]) -> dict[str, str]:
                        else 'float_input(report, SPEC.name, "decomposed_graph", x)'),
         "mismatch_tests": MISMATCH_TEST if many else "",
     }
+
+
+# The autograd backward of an op of one output, and of several: an output the loss did not use has no
+# gradient (None), which is a zero one.
+PY_BACKWARD_ONE = '''def _backward(ctx, grad):
+    return torch.ops.myops.$name_backward(grad, *ctx.saved_tensors)'''
+PY_BACKWARD_SEVERAL = '''def _backward(ctx, *grads):
+    # An output the loss did not use may have no gradient (None): that is a zero one.
+    zeros = torch.zeros_like(ctx.saved_tensors[0])
+    return torch.ops.myops.$name_backward(*(zeros if g is None else g for g in grads), *ctx.saved_tensors)'''
+TS_SET_TYPES = "\n        for value in outputs:\n            value.setType(x.type())\n        return outputs"
 
 
 # The generated test of a several-input op: an input of another shape is refused by both sides.
@@ -403,7 +554,7 @@ def test_inputs_of_another_shape_are_refused_with_a_message(ext, plugin_path, tm
 
 def planned_files(name: str, onnx_type: str, repo: Path = REPO, native: str | None = None, kind: str = "elementwise",
                   weights: tuple[str, ...] = ("weight",), attributes: dict[str, float] | None = None,
-                  inputs: tuple[str, ...] = ("x",)) -> dict[Path, str]:
+                  inputs: tuple[str, ...] = ("x",), outputs: tuple[str, ...] = ("y",)) -> dict[Path, str]:
     """Every file the scaffold writes, with its text; raises ScaffoldError before anything is written."""
     if kind not in KINDS:
         raise ScaffoldError(f"--kind {kind!r}: choose one of {', '.join(KINDS)}")
@@ -412,6 +563,8 @@ def planned_files(name: str, onnx_type: str, repo: Path = REPO, native: str | No
               # the artifacts' fixed input seed: the same on every machine, different for each op
               "seed": str(1000 + zlib.crc32(name.encode()) % 9000)}
     if kind == "rowwise":
+        if tuple(outputs) != ("y",):
+            raise ScaffoldError("--outputs describes an elementwise op (a row-wise op has one output, y)")
         attributes = dict(attributes or {})
         values.update(rowwise_values(name, weights, attributes))
         parameters = ", ".join(("x", *weights, *attributes))
@@ -420,7 +573,7 @@ def planned_files(name: str, onnx_type: str, repo: Path = REPO, native: str | No
     else:
         if attributes or tuple(weights) != ("weight",):
             raise ScaffoldError("--weights and --attributes describe a row-wise op: add --kind rowwise")
-        values.update(elementwise_values(name, inputs))
+        values.update(elementwise_values(name, inputs, outputs))
         values.update(native_values(name, check_native(native, inputs) if native else None, ", ".join(inputs)))
     templates = TEMPLATES / kind
     files = {}
@@ -436,9 +589,11 @@ def planned_files(name: str, onnx_type: str, repo: Path = REPO, native: str | No
 
 def scaffold(name: str, onnx_type: str | None = None, repo: Path = REPO, log=print, native: str | None = None,
              kind: str = "elementwise", weights: tuple[str, ...] = ("weight",),
-             attributes: dict[str, float] | None = None, inputs: tuple[str, ...] = ("x",)) -> list[Path]:
+             attributes: dict[str, float] | None = None, inputs: tuple[str, ...] = ("x",),
+             outputs: tuple[str, ...] = ("y",)) -> list[Path]:
     """Write the op's files; all of them or, on any failure, none."""
-    files = planned_files(name, onnx_type or onnx_type_of(name), repo, native, kind, weights, attributes, inputs)
+    files = planned_files(name, onnx_type or onnx_type_of(name), repo, native, kind, weights, attributes, inputs,
+                          outputs)
     written = []
     try:
         for path, text in files.items():
@@ -466,6 +621,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--inputs", metavar="N|x,NAME,...",
                         help="elementwise: how many inputs of one shape (2: x and x2), or their names (x,gate): a "
                              "gated op such as SwiGLU, or bias + activation (default: 1, x)")
+    parser.add_argument("--outputs", metavar="N|y,NAME,...",
+                        help="elementwise: how many outputs of the inputs' shape (2: y and y2), or their names "
+                             "(y,total): an op that also returns what it computed on the way (default: 1, y)")
     parser.add_argument("--weights", metavar="W,...",
                         help="rowwise: the per-channel weights, each [hidden], in input order (default: weight)")
     parser.add_argument("--attributes", metavar="A=V,...",
@@ -485,8 +643,12 @@ def main(argv: list[str] | None = None) -> int:
         print("error: --inputs describes an elementwise op (a row-wise op has one input, x, and --weights)",
               file=sys.stderr)
         return 2
+    if rowwise and args.outputs is not None:
+        print("error: --outputs describes an elementwise op (a row-wise op has one output, y)", file=sys.stderr)
+        return 2
     try:
         inputs = parse_inputs(args.inputs or "1")
+        outputs = parse_outputs(args.outputs or "1")
         weights = parse_weights(args.weights if args.weights is not None else "weight")
         attributes = parse_attributes(args.attributes or "")
     except ScaffoldError as exc:
@@ -498,7 +660,7 @@ def main(argv: list[str] | None = None) -> int:
                             "empty if there is none: ").strip() or None
     try:
         scaffold(args.name, args.onnx_type, native=args.native, kind=args.kind, weights=weights, attributes=attributes,
-                 inputs=inputs)
+                 inputs=inputs, outputs=outputs)
     except ScaffoldError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -515,6 +677,8 @@ def main(argv: list[str] | None = None) -> int:
               f"        measures it into build/results/ until its files are committed")
         return 0
     what = f"the product of its inputs ({', '.join(inputs)})" if len(inputs) > 1 else "the identity"
+    if len(outputs) > 1:
+        what += f", and {', '.join(f'{o} = {2 ** k}y' for k, o in enumerate(outputs[1:], 1))}"
     print(f"[new_op] myops::{name} (ONNX myops::{onnx_type}) scaffolded: {what} until you edit it.\n"
           f"  next: nox -s tests -- tests/test_{name}.py      (builds both libraries, runs its tests)\n"
           f"  then: write f in kernels/{name}.h (one element) and kernels/{name}_vec-inl.h (Highway vectors),\n"

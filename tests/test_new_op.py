@@ -84,6 +84,54 @@ def test_inputs_belong_to_the_elementwise_kind(capsys):
     assert "--inputs describes an elementwise op" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("text,expected", [("1", ("y",)), ("3", ("y", "y2", "y3")), ("y,total", ("y", "total"))])
+def test_outputs_by_count_or_by_name(text, expected):
+    assert new_op.parse_outputs(text) == expected
+
+
+@pytest.mark.parametrize("text,message", [
+    ("0", "1 to 8 outputs"), ("9", "1 to 8 outputs"), ("total", "the first output is always y.*--outputs y,total"),
+    ("y,y", "y is given twice"), ("y,Total", "snake_case"), ("y,out", "generated code uses"),
+    ("y,x", "generated code uses"), ("y,sum", "generated code uses"), ("y,total,total", "given twice"),
+])
+def test_bad_outputs_are_refused(text, message):
+    with pytest.raises(new_op.ScaffoldError, match=message):
+        new_op.parse_outputs(text)
+
+
+@pytest.mark.parametrize("inputs,outputs,clash", [
+    (("x", "gate"), ("y", "gate"), "gate"),   # an output named as an input
+    (("x", "gate"), ("y", "dgate"), "dgate"),  # an output named as an input's gradient
+    (("x", "totalp"), ("y", "total"), "totalp"),  # an input named as an output's pointer
+])
+def test_outputs_whose_names_meet_the_inputs_generated_names_are_refused(tmp_path, inputs, outputs, clash):
+    (tmp_path / "opspec").mkdir()
+    with pytest.raises(new_op.ScaffoldError, match=f"name two things.*{clash}"):
+        new_op.scaffold(NAME, repo=tmp_path, log=lambda line: None, inputs=inputs, outputs=outputs)
+    assert [p.name for p in tmp_path.rglob("*")] == ["opspec"]
+
+
+def test_outputs_belong_to_the_elementwise_kind(capsys):
+    assert new_op.main(["normed", "--kind", "rowwise", "--outputs", "2"]) == 2
+    assert "--outputs describes an elementwise op" in capsys.readouterr().err
+
+
+def test_a_scaffold_of_several_outputs_declares_and_returns_each(tmp_path):
+    """Each layer names every output: the declaration, the schema, the math's struct, the plugin's count."""
+    (tmp_path / "opspec").mkdir()
+    written = new_op.scaffold(NAME, repo=tmp_path, log=lambda line: None, inputs=("x", "gate"), outputs=("y", "total"))
+    texts = {p.relative_to(tmp_path).as_posix(): p.read_text() for p in written}
+    assert 'outputs=("Y", "total"),' in texts[f"opspec/{NAME}.py"]
+    assert f'm.def("{NAME}(Tensor x, Tensor gate) -> (Tensor, Tensor)");' in texts[f"ops/csrc/{NAME}.cpp"]
+    assert f'm.def("{NAME}_backward(Tensor grad, Tensor grad_total, Tensor x, Tensor gate) -> (Tensor, Tensor)");' \
+        in texts[f"ops/csrc/{NAME}.cpp"]
+    assert "struct Outputs {\n  T y;\n  T total;\n};" in texts[f"kernels/{NAME}.h"]
+    assert "inline constexpr int kFastGeluOutputs = 2;" in texts[f"ort_plugin/src/{NAME}_op_base.h"]
+    assert "outputs=2)" in texts[f"ops/{NAME}_onnx.py"] and "_outputs=2)" in texts[f"ops/{NAME}_onnx.py"]
+    for path in (f"ops/{NAME}.py", f"ops/{NAME}_onnx.py", f"opspec/{NAME}.py", f"tests/test_{NAME}.py"):
+        compile(texts[path], path, "exec")
+
+
 def test_a_native_expression_becomes_the_op_s_native_row(tmp_path):
     (tmp_path / "opspec").mkdir()
     written = new_op.scaffold(NAME, repo=tmp_path, log=lambda line: None, native="torch.nn.functional.gelu(x, approximate=\"tanh\")")
@@ -209,15 +257,16 @@ def test_two_ops_vector_kernels_in_one_file_are_refused_with_the_way_to_combine_
 ROWWISE = ["--kind", "rowwise", "--weights", "weight,bias", "--attributes", "eps=1e-5"]  # as the issue spells it
 
 
-# Elementwise with two inputs (a gated op): one input is what the Mish example builds (test below).
-GATED = ["--inputs", "x,gate"]
+# Elementwise with two inputs (a gated op) and two outputs: one input and one output is what the Mish
+# example builds (test below).
+GATED = ["--inputs", "x,gate", "--outputs", "y,total"]
 
 
 @pytest.mark.parametrize("name,options,onnx_type", [(NAME, GATED, "FastGelu"), ("row_scale", ROWWISE, "RowScale")],
-                         ids=["elementwise-2-inputs", "rowwise"])
+                         ids=["elementwise-2-inputs-2-outputs", "rowwise"])
 def test_a_scaffolded_op_builds_and_passes_its_generated_tests(tmp_path, in_ci, name, options, onnx_type):
     """Each kind, as written: the extension and plugin build, its generated tests pass (an elementwise
-    op's with two inputs, a row-wise op's with two weights and an attribute), a quick bench measures it,
+    op's with two inputs and two outputs, a row-wise op's with two weights and an attribute), a quick bench measures it,
     the doctor finds it, its CUDA compiles."""
     NAME = name
     copy = _tree_copy(tmp_path / "tree")

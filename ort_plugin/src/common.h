@@ -61,20 +61,25 @@ inline OrtStatus* ReadFloatAttribute(const OrtApi& api, const OrtKernelInfo* inf
       .release();
 }
 
-// Shape inference for elementwise ops: Y gets X's element type and shape, symbolic dims included,
+// Shape inference for elementwise ops: every output gets X's element type and shape, symbolic dims included,
 // so shapes stay known downstream. NOTE: Ort::ShapeInferContext::SetOutputShape of the 1.21 headers
 // marks symbolic dims as -2, which newer runtimes reject; handing ORT back its own description of X
 // works with every version. The info belongs to the context: it is not released here.
-// An input of unknown rank also reads as zero dims; passing that on would declare Y a scalar, so
-// zero dims leave Y's shape unset (a true scalar only loses a shape it did not need).
-inline OrtStatusPtr ORT_API_CALL SameTypeAndShapeAsInput(const OrtCustomOp*, OrtShapeInferContext* context) {
+// An input of unknown rank also reads as zero dims; passing that on would declare the outputs scalars,
+// so zero dims leave their shapes unset (a true scalar only loses a shape it did not need). The
+// context does not say how many outputs the node has: the op does (GetOutputTypeCount).
+inline OrtStatusPtr ORT_API_CALL SameTypeAndShapeAsInput(const OrtCustomOp* op, OrtShapeInferContext* context) {
   const OrtApi& api = Ort::GetApi();
   OrtTensorTypeAndShapeInfo* info = nullptr;
   if (OrtStatus* status = api.ShapeInferContext_GetInputTypeShape(context, 0, &info)) return status;
   size_t rank = 0;
   if (OrtStatus* status = api.GetDimensionsCount(info, &rank)) return status;
   if (rank == 0) return nullptr;
-  return api.ShapeInferContext_SetOutputTypeShape(context, 0, info);
+  const size_t outputs = op->GetOutputTypeCount(op);
+  for (size_t k = 0; k < outputs; ++k) {
+    if (OrtStatus* status = api.ShapeInferContext_SetOutputTypeShape(context, k, info)) return status;
+  }
+  return nullptr;
 }
 
 // "[8, 512, 768]": a tensor's shape in an error message.

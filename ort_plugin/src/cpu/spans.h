@@ -47,19 +47,19 @@ void RunSpans(Ort::KernelContext& context, float beta) {
       chunks, 0, &job);
 }
 
-// The same for an op of kInputs inputs that all have X's shape (a gated op's X and gate): each is
-// checked against X before any memory is touched (the error names the op and node), then
-// kSpan(inputs, y, count) runs on the same chunks.
-using InputsSpanFn = void (*)(const float* const* inputs, float* y, int64_t count);
+// The same for an op of kInputs inputs that all have X's shape (a gated op's X and gate) and kOutputs
+// outputs of that shape: each input is checked against X before any memory is touched (the error names
+// the op and node), then kSpan(inputs, outputs, count) runs on the same chunks.
+using InputsSpanFn = void (*)(const float* const* inputs, float* const* outputs, int64_t count);
 
-template <int kInputs, InputsSpanFn kSpan>
+template <int kInputs, int kOutputs, InputsSpanFn kSpan>
 Ort::Status RunInputSpans(Ort::KernelContext& context, const char* op, const std::string& node) {
   const Ort::ConstValue x = context.GetInput(0);
   const Ort::TensorTypeAndShapeInfo info = x.GetTensorTypeAndShapeInfo();
   const std::vector<int64_t> shape = info.GetShape();
   struct Job {
     const float* in[kInputs];
-    float* y;
+    float* out[kOutputs];
     int64_t n;
   } job{};
   job.in[0] = x.GetTensorData<float>();
@@ -75,12 +75,11 @@ Ort::Status RunInputSpans(Ort::KernelContext& context, const char* op, const std
     }
     job.in[k] = other.GetTensorData<float>();
   }
-  Ort::UnownedValue output = context.GetOutput(0, shape);
-  job.y = output.GetTensorMutableData<float>();
+  for (int k = 0; k < kOutputs; ++k) job.out[k] = context.GetOutput(k, shape).GetTensorMutableData<float>();
   job.n = static_cast<int64_t>(info.GetElementCount());
   const auto chunks = static_cast<size_t>((job.n + kChunk - 1) / kChunk);
   if (chunks <= 1) {
-    kSpan(job.in, job.y, job.n);
+    kSpan(job.in, job.out, job.n);
     return Ort::Status{nullptr};
   }
   context.ParallelFor(
@@ -89,8 +88,10 @@ Ort::Status RunInputSpans(Ort::KernelContext& context, const char* op, const std
         const int64_t begin = static_cast<int64_t>(chunk) * kChunk;
         const int64_t count = j->n - begin < kChunk ? j->n - begin : kChunk;
         const float* in[kInputs];
+        float* out[kOutputs];
         for (int k = 0; k < kInputs; ++k) in[k] = j->in[k] + begin;
-        kSpan(in, j->y + begin, count);
+        for (int k = 0; k < kOutputs; ++k) out[k] = j->out[k] + begin;
+        kSpan(in, out, count);
       },
       chunks, 0, &job);
   return Ort::Status{nullptr};
