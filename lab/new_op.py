@@ -366,6 +366,7 @@ def elementwise_values(name: str, inputs: tuple[str, ...], outputs: tuple[str, .
         "outputs_field": f" outputs=({', '.join(quoted_outputs)})," if several else "",
         # the outputs
         "output_count": str(m),
+        "output_word": "outputs'" if several else "output's",
         "output_text": f"({', '.join(outputs)})" if several else "y",
         "onnx_output_text": f"({', '.join(onnx_outputs)})" if several else "Y",
         "output_args": ", ".join(outputs),
@@ -498,6 +499,8 @@ def elementwise_values(name: str, inputs: tuple[str, ...], outputs: tuple[str, .
                             "the copy floor moves 2: its limit scales with that.)" if many or several else ""),
         # ONNX
         "decomposed_text": ("Mul" if many else "Identity") + (" and Add" if several else ""),
+        "fuse_text": ("every float graph of the placeholder's form" if several
+                      else f"every float {'Mul' if many else 'Identity'} node"),
         "decomposed_nodes": ", ".join(decomposed_nodes) + ("," if len(decomposed_nodes) == 1 else ""),
         "decomposed_lines": (f"    y = {decomposed_body}" + doubled("    ", "op.Add({a}, {a})", pairs=onnx_doublings)
                              + f"\n    return {', '.join(outputs)}") if several else f"    return {decomposed_body}",
@@ -528,8 +531,10 @@ PY_BACKWARD_ONE = '''def _backward(ctx, grad):
     return torch.ops.myops.$name_backward(grad, *ctx.saved_tensors)'''
 PY_BACKWARD_SEVERAL = '''def _backward(ctx, *grads):
     # An output the loss did not use may have no gradient (None): that is a zero one.
-    zeros = torch.zeros_like(ctx.saved_tensors[0])
-    return torch.ops.myops.$name_backward(*(zeros if g is None else g for g in grads), *ctx.saved_tensors)'''
+    if any(g is None for g in grads):
+        zeros = torch.zeros_like(ctx.saved_tensors[0])
+        grads = tuple(zeros if g is None else g for g in grads)
+    return torch.ops.myops.$name_backward(*grads, *ctx.saved_tensors)'''
 TS_SET_TYPES = "\n        for value in outputs:\n            value.setType(x.type())\n        return outputs"
 
 
@@ -633,7 +638,7 @@ def main(argv: list[str] | None = None) -> int:
                              "e.g. \"F.gelu(x, approximate='tanh')\" (rowwise: in x, its weights and attributes, e.g. "
                              "\"F.layer_norm(x, x.shape[-1:], weight, bias, epsilon)\"): the bench shows it as a row, "
                              "as F.silu is shown for Swish (asked for when not given and a terminal is attached; "
-                             "empty for none)")
+                             "empty for none; with --outputs, a tuple of one tensor per output)")
     args = parser.parse_args(argv)
     rowwise = args.kind == "rowwise"
     if not rowwise and (args.weights is not None or args.attributes is not None):

@@ -132,6 +132,18 @@ def test_a_scaffold_of_several_outputs_declares_and_returns_each(tmp_path):
         compile(texts[path], path, "exec")
 
 
+def test_one_input_of_several_outputs_doubles_x_in_onnx(tmp_path):
+    """The exporters' optimisers forward an Identity's input to its readers: the decomposed graph's first
+    double reads x, so that the fuse rule matches what they write (checked built by hand: its 43 tests pass)."""
+    (tmp_path / "opspec").mkdir()
+    written = new_op.scaffold(NAME, repo=tmp_path, log=lambda line: None, outputs=("y", "y2", "y3"))
+    onnx_text = next(p for p in written if p.name == f"{NAME}_onnx.py").read_text()
+    assert "    y = op.Identity(x)\n    y2 = op.Add(x, x)\n    y3 = op.Add(y2, y2)\n    return y, y2, y3\n" in onnx_text
+    assert 'DECOMPOSED_NODES = ("Identity", "Add", "Add")' in onnx_text
+    header = next(p for p in written if p.name == f"{NAME}.h").read_text()
+    assert "grad = grad + T(2) * grad_y2;\n  grad = grad + T(4) * grad_y3;" in header
+
+
 def test_a_native_expression_becomes_the_op_s_native_row(tmp_path):
     (tmp_path / "opspec").mkdir()
     written = new_op.scaffold(NAME, repo=tmp_path, log=lambda line: None, native="torch.nn.functional.gelu(x, approximate=\"tanh\")")

@@ -67,7 +67,8 @@ inline OrtStatus* ReadFloatAttribute(const OrtApi& api, const OrtKernelInfo* inf
 // works with every version. The info belongs to the context: it is not released here.
 // An input of unknown rank also reads as zero dims; passing that on would declare the outputs scalars,
 // so zero dims leave their shapes unset (a true scalar only loses a shape it did not need). The
-// context does not say how many outputs the node has: the op does (GetOutputTypeCount).
+// context does not say how many outputs the node has: the op does (GetOutputTypeCount; every output
+// is required, so the node has them all).
 inline OrtStatusPtr ORT_API_CALL SameTypeAndShapeAsInput(const OrtCustomOp* op, OrtShapeInferContext* context) {
   const OrtApi& api = Ort::GetApi();
   OrtTensorTypeAndShapeInfo* info = nullptr;
