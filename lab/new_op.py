@@ -6,8 +6,8 @@ Writes, from lab/new_op_templates/<kind>/, the op's torch-free declaration (opsp
 CUDA functors (kernels/), the extension's schema and CPU/CUDA kernels (ops/csrc/), its Python side
 with fakes, autograd and declaration (ops/<name>.py), its ONNX lowerings (ops/<name>_onnx.py), the
 plugin's CPU and CUDA kernels (ort_plugin/src/) and its tests. An elementwise op is the identity (the
-product of its inputs, with several; each further output twice the one before) until edited (its CPU kernels in Highway vectors,
-kernels/<name>_vec-inl.h); a row-wise op, over the last dimension with per-channel weights and float
+product of its inputs, with several; each further output twice the one before) until edited (its CPU
+kernels in Highway vectors, kernels/<name>_vec-inl.h); a row-wise op, over the last dimension with per-channel weights and float
 attributes, centres each row and scales it by its weights until edited (plain loops GCC vectorises,
 RMSNorm's CUDA reduction). Either way the scaffold
 builds and its tests pass as written. Nothing else is edited: the registries
@@ -329,6 +329,8 @@ def elementwise_values(name: str, inputs: tuple[str, ...], outputs: tuple[str, .
     vec_forward_body = ("hn::Mul(" * (n - 1)) + inputs[0] + "".join(f", {i})" for i in others)
     decomposed_body = (("op.Mul(" * (n - 1)) + inputs[0] + "".join(f", {i})" for i in others)) if many else "op.Identity(x)"
     py_reference = " * ".join(inputs) if many else "x.clone()"
+    indexed = ", ".join(f"{i}[i]" for i in inputs)
+    in_list = ", ".join(f"in[{k}]" for k in range(n))
     decomposed_nodes = (['"Mul"'] * (n - 1) if many else ['"Identity"']) + ['"Add"'] * (m - 1)
 
     def doubled(prefix: str, add: str, suffix: str = "", pairs=doublings) -> str:  # each output twice the one before
@@ -347,6 +349,12 @@ def elementwise_values(name: str, inputs: tuple[str, ...], outputs: tuple[str, .
         return (f" {{\n    hn::Vec<decltype({tag})> {', '.join(f'v{o}' for o in outputs)};"
                 f"\n    Forward1({tag}, {loads(tag, inputs)}, {', '.join(f'v{o}' for o in outputs)});"
                 + "".join(f"\n    hn::StoreU(v{o}, {tag}, {o} + i);" for o in outputs) + "\n  }")
+
+    def ts_lines(call: str) -> str:  # a TorchScript symbolic's body: each output typed as x
+        if several:
+            return f"        outputs = {call}\n        for value in outputs:\n            value.setType(x.type())" \
+                   "\n        return outputs"
+        return f"        y = {call}\n        y.setType(x.type())\n        return y"
 
     # y's gradient gathers every output's: the placeholder's k-th further output is 2^k y.
     def gathered(line: str) -> str:
@@ -385,8 +393,9 @@ def elementwise_values(name: str, inputs: tuple[str, ...], outputs: tuple[str, .
                        "gathers theirs first." if several else ""),
         "t_outgrad_params": ", ".join(f"T {g}" for g in out_grads),
         "grad_fields": "".join(f"{indent}T {i};" for i in inputs),
-        "backward_body": gathered("grad = grad + T({c}) * {g};") + (f"{indent}return {{{', '.join(product_without(k) for k in range(n))}}};" if many
-                          else f"{indent}(void)x;{indent}return {{grad}};"),
+        "backward_body": gathered("grad = grad + T({c}) * {g};")
+        + (f"{indent}return {{{', '.join(product_without(k) for k in range(n))}}};" if many
+           else f"{indent}(void)x;{indent}return {{grad}};"),
         "float_in_params": ", ".join(f"const float* {i}" for i in inputs),
         "float_grad_params": ", ".join(f"float* {g}" for g in grads),
         "double_in_params": ", ".join(f"const double* {i}" for i in inputs),
@@ -396,12 +405,11 @@ def elementwise_values(name: str, inputs: tuple[str, ...], outputs: tuple[str, .
         "float_outgrad_params": ", ".join(f"const float* {g}" for g in out_grads),
         "double_outgrad_params": ", ".join(f"const double* {g}" for g in out_grads),
         "indexed_outgrads": ", ".join(f"{g}[i]" for g in out_grads),
-        "double_forward_loop": (f"  for (int64_t i = 0; i < n; ++i) {{\n    const Outputs<double> outs = forward("
-                                f"{', '.join(f'{i}[i]' for i in inputs)});"
+        "double_forward_loop": (f"  for (int64_t i = 0; i < n; ++i) {{\n    const Outputs<double> outs = forward({indexed});"
                                 + "".join(f"\n    {o}[i] = outs.{o};" for o in outputs) + "\n  }") if several else
-                               f"  for (int64_t i = 0; i < n; ++i) y[i] = forward({', '.join(f'{i}[i]' for i in inputs)});",
+                               f"  for (int64_t i = 0; i < n; ++i) y[i] = forward({indexed});",
         "grad_args": ", ".join(grads),
-        "indexed_inputs": ", ".join(f"{i}[i]" for i in inputs),
+        "indexed_inputs": indexed,
         "store_grads": "".join(f"\n    {g}[i] = g.{i};" for g, i in zip(grads, inputs)),
         # kernels/NAME_vec-inl.h
         "v_params": ", ".join(f"V {i}" for i in inputs),
@@ -415,23 +423,22 @@ def elementwise_values(name: str, inputs: tuple[str, ...], outputs: tuple[str, .
         "v_outgrad_params": ", ".join(f"V {g}" for g in out_grads),
         "outgrad_loads_d": loads("d", out_grads),
         "outgrad_loads_d1": loads("d1", out_grads),
-        "vec_backward_body": gathered("grad = hn::MulAdd(hn::Set(d, {c}.0f), {g}, grad);") + "".join(
+        "vec_backward_body": gathered("grad = hn::MulAdd(hn::Set(d, {c}.0f), {g}, grad);") + ("".join(
             f"{indent}{g} = " + ("hn::Mul(" * (n - 1)) + "grad" + "".join(f", {i})" for j, i in enumerate(inputs) if j != k) + ";"
-            for k, g in enumerate(grads)) if many else gathered("grad = hn::MulAdd(hn::Set(d, {c}.0f), {g}, grad);")
-        + f"{indent}(void)x;{indent}dx = grad;",
-        "loads_d": ", ".join(f"hn::LoadU(d, {i} + i)" for i in inputs),
-        "loads_d1": ", ".join(f"hn::LoadU(d1, {i} + i)" for i in inputs),
+            for k, g in enumerate(grads)) if many else f"{indent}(void)x;{indent}dx = grad;"),
+        "loads_d": loads("d", inputs),
+        "loads_d1": loads("d1", inputs),
         "vec_grad_decls": ", ".join(f"v{g}" for g in grads),
         "vec_grad_refs": ", ".join(f"v{g}" for g in grads),
         "stores_d": "".join(f"\n    hn::StoreU(v{g}, d, {g} + i);" for g in grads),
         "stores_d1": "".join(f"\n    hn::StoreU(v{g}, d1, {g} + i);" for g in grads),
         # kernels/NAME_cuda.cu and .h
-        "in_list": ", ".join(f"in[{k}]" for k in range(n)),
+        "in_list": in_list,
         "in_list_after_grad": ", ".join(f"in[{k + m}]" for k in range(n)),
         "cuda_out_count": "kOutputs" if several else "1",
-        "cuda_forward_body": (f"    const Outputs<float> outs = {name}::forward({', '.join(f'in[{k}]' for k in range(n))});"
+        "cuda_forward_body": (f"    const Outputs<float> outs = {name}::forward({in_list});"
                               + "".join(f"\n    out[{k}] = outs.{o};" for k, o in enumerate(outputs))) if several else
-                             f"    out[0] = {name}::forward({', '.join(f'in[{k}]' for k in range(n))});",
+                             f"    out[0] = {name}::forward({in_list});",
         "cuda_outgrad_list": ", ".join(f"in[{k}]" for k in range(m)),
         "void_out_params": ", ".join(f"void* {o}" for o in outputs),
         "void_outgrad_params": ", ".join(f"const void* {g}" for g in out_grads),
@@ -471,10 +478,10 @@ def elementwise_values(name: str, inputs: tuple[str, ...], outputs: tuple[str, .
         "schema_params": ", ".join(f"Tensor {i}" for i in inputs),
         "schema_backward_returns": f"({', '.join(['Tensor'] * n)})" if many else "Tensor",
         # the plugin
-        "span_in_list": ", ".join(f"in[{k}]" for k in range(n)),
+        "span_in_list": in_list,
         "span_out_list": ", ".join(f"out[{k}]" for k in range(m)),
         "output_count_text": f"{m} outputs ({', '.join(onnx_outputs)}) like X" if several else "one output like X",
-        "cuda_plugin_in_list": ", ".join(f"in[{k}]" for k in range(n)),
+        "cuda_plugin_in_list": in_list,
         # Python
         "py_params": ", ".join(f"{i}: torch.Tensor" for i in inputs),
         "py_return_type": f"tuple[{', '.join(['torch.Tensor'] * m)}]" if several else "torch.Tensor",
@@ -505,14 +512,9 @@ def elementwise_values(name: str, inputs: tuple[str, ...], outputs: tuple[str, .
         "decomposed_lines": (f"    y = {decomposed_body}" + doubled("    ", "op.Add({a}, {a})", pairs=onnx_doublings)
                              + f"\n    return {', '.join(outputs)}") if several else f"    return {decomposed_body}",
         "schema_outputs": ", ".join(f'OpSchema.FormalParameter("{o}", "T")' for o in onnx_outputs),
-        "ts_custom_lines": (f'        outputs = g.op(f"{{DOMAIN}}::{{ONNX_TYPE}}", {", ".join(inputs)}, outputs={m})'
-                            + TS_SET_TYPES) if several else
-                           (f'        y = g.op(f"{{DOMAIN}}::{{ONNX_TYPE}}", {", ".join(inputs)})'
-                            "\n        y.setType(x.type())\n        return y"),
-        "ts_decomposed_lines": (f"        outputs = decomposed_graph(_TorchScriptOps(g), {', '.join(inputs)})" + TS_SET_TYPES)
-                               if several else
-                               (f"        y = decomposed_graph(_TorchScriptOps(g), {', '.join(inputs)})"
-                                "\n        y.setType(x.type())\n        return y"),
+        "ts_custom_lines": ts_lines(f'g.op(f"{{DOMAIN}}::{{ONNX_TYPE}}", {", ".join(inputs)}'
+                                    + (f", outputs={m})" if several else ")")),
+        "ts_decomposed_lines": ts_lines(f"decomposed_graph(_TorchScriptOps(g), {', '.join(inputs)})"),
         "fuse_outputs": f", _outputs={m}" if several else "",
         "schema_text": f"{n} float tensors of one shape" if many else "one float tensor",
         "schema_inputs": ", ".join(f'OpSchema.FormalParameter("{i}", "T")' for i in onnx_names),
@@ -525,8 +527,7 @@ def elementwise_values(name: str, inputs: tuple[str, ...], outputs: tuple[str, .
     }
 
 
-# The autograd backward of an op of one output, and of several: an output the loss did not use has no
-# gradient (None), which is a zero one.
+# The autograd backward of an op of one output, and of several.
 PY_BACKWARD_ONE = '''def _backward(ctx, grad):
     return torch.ops.myops.$name_backward(grad, *ctx.saved_tensors)'''
 PY_BACKWARD_SEVERAL = '''def _backward(ctx, *grads):
@@ -535,7 +536,6 @@ PY_BACKWARD_SEVERAL = '''def _backward(ctx, *grads):
         zeros = torch.zeros_like(ctx.saved_tensors[0])
         grads = tuple(zeros if g is None else g for g in grads)
     return torch.ops.myops.$name_backward(*grads, *ctx.saved_tensors)'''
-TS_SET_TYPES = "\n        for value in outputs:\n            value.setType(x.type())\n        return outputs"
 
 
 # The generated test of a several-input op: an input of another shape is refused by both sides.
