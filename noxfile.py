@@ -287,7 +287,8 @@ def tests(session: nox.Session) -> None:
     _build(session)
     # pytest options after --; test files or directories given there replace the whole suite
     chosen = [a for a in session.posargs if a.startswith("tests")]
-    session.run("python", "-m", "pytest", *([] if chosen else ["tests"]), "-ra", *session.posargs)
+    # --durations: the slowest 30 tests, so a run shows where its minutes go (docs/ci.md)
+    session.run("python", "-m", "pytest", *([] if chosen else ["tests"]), "-ra", "--durations=30", *session.posargs)
 
 
 @nox.session
