@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -24,6 +25,10 @@ nox.options.sessions = ["tests"]
 # `python` pin governs its images, never the host.
 TOOLS = REPO / "requirements" / "tools.txt"
 COMPARE = REPO / "requirements" / "compare.txt"
+TEST_TOOLS = REPO / "requirements" / "tests.txt"
+# The suite's workers (pytest-xdist): 2 fit the 2-core CI machines, whose tests wait on Docker, pip and
+# emulation for much of their time (docs/ci.md); MYOPS_TEST_WORKERS=1 runs it in one process.
+TEST_WORKERS = "2"
 WHEEL_TOOLS = REPO / "requirements" / "wheels.txt"
 
 
@@ -283,12 +288,18 @@ def tests(session: nox.Session) -> None:
     """Build for the cpu entry and run the test suite (pytest options after --)."""
     entry = _entry(session, matrix.DEFAULT_ENTRY)
     _install(session, entry, models=True)
-    session.install("-r", str(COMPARE), "-r", str(WHEEL_TOOLS))
+    session.install("-r", str(COMPARE), "-r", str(WHEEL_TOOLS), "-r", str(TEST_TOOLS))
     _build(session)
     # pytest options after --; test files or directories given there replace the whole suite
     chosen = [a for a in session.posargs if a.startswith("tests")]
+    workers = os.environ.get("MYOPS_TEST_WORKERS", TEST_WORKERS)
+    if not workers.isdigit() or int(workers) < 1:
+        session.error(f"MYOPS_TEST_WORKERS is how many pytest workers run the suite (1: one process); got {workers!r}")
+    # Units of tests that share a fixture stay on one worker, the costliest first (tests/conftest.py).
+    spread = [] if int(workers) == 1 else ["-n", workers, "--dist", "loadgroup", "--no-loadscope-reorder"]
     # --durations: the slowest 30 tests, so a run shows where its minutes go (docs/ci.md)
-    session.run("python", "-m", "pytest", *([] if chosen else ["tests"]), "-ra", "--durations=30", *session.posargs)
+    session.run("python", "-m", "pytest", *([] if chosen else ["tests"]), "-ra", "--durations=30", *spread,
+                *session.posargs)
 
 
 @nox.session
@@ -346,7 +357,6 @@ def sanitize(session: nox.Session) -> None:
 def _cuda_home(session: nox.Session) -> str:
     """$CUDA_HOME, else the toolkit nvcc itself reports: torch's own guess (nvcc's dir/..) is wrong
     when nvcc on PATH is a wrapper script, as /usr/local/bin/nvcc is on these machines."""
-    import os
     import shutil
 
     home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")

@@ -139,11 +139,16 @@ def ensure_image(run: HostRun, registry: str | None, left, log) -> str:
     return local
 
 
+# On every container a fan-out starts, so that its own can be told from others on a shared daemon.
+FANOUT_LABEL = "lab.fanout=bench"
+
+
 def run_bench(run: HostRun, bench_args: list[str], out: Path, left, log) -> None:
     """`bench --out` in a container on the target; its output shown line by line as it comes."""
     from lab import docker
 
-    created = docker._docker("create", "--network", "none", run.image, "bench", "--out", "/tmp/out", *bench_args,
+    created = docker._docker("create", "--network", "none", "--label", FANOUT_LABEL, run.image, "bench", "--out",
+                             "/tmp/out", *bench_args,
                              host=run.target.host, timeout=left())
     container = created.stdout.decode().strip()
     timed_out = threading.Event()

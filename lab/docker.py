@@ -13,6 +13,7 @@ import hashlib
 import http.server
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -303,13 +304,28 @@ def installed_plugin(entry: dict) -> str:
 
 # ---------------------------------------------------------------- images
 
+NAMESPACE = "myops-lab"
+NAMESPACE_PATTERN = re.compile(r"[a-z0-9]+(?:[._-][a-z0-9]+)*")
+
+
+def image_namespace() -> str:
+    """The namespace of the entries' images: myops-lab, or $MYOPS_IMAGE_NAMESPACE for a second set
+    built beside them without retagging them (the tests' rebuilds; the base images stay shared)."""
+    namespace = os.environ.get("MYOPS_IMAGE_NAMESPACE") or NAMESPACE
+    if not NAMESPACE_PATTERN.fullmatch(namespace):
+        raise DockerError(f"MYOPS_IMAGE_NAMESPACE must be lower-case letters and digits, parts joined by '.', '_' "
+                          f"or '-' (as Docker names a repository); got {namespace!r}")
+    return namespace
+
+
 def image_tags(entry: dict, plat: platforms.Platform = platforms.PRIMARY) -> dict:
     """The entry's local tags; a non-primary platform's infer image has the architecture appended
     (a registry holds both under the plain tag, as one multi-arch image: see push_multiarch)."""
     torch_v = entry["torch"]["version"]
     ort_v = entry["onnxruntime"]["version"]
-    return {"train": f"myops-lab/train:{entry['id']}-torch{torch_v}-ort{ort_v}",
-            "infer": f"myops-lab/infer:{entry['id']}-ort{ort_v}{platforms.tag_suffix(plat)}"}
+    namespace = image_namespace()
+    return {"train": f"{namespace}/train:{entry['id']}-torch{torch_v}-ort{ort_v}",
+            "infer": f"{namespace}/infer:{entry['id']}-ort{ort_v}{platforms.tag_suffix(plat)}"}
 
 
 def _created() -> str:
@@ -427,7 +443,7 @@ def _common_args(entry: dict, bases: dict, plan: dict) -> dict:
 
 def plugin_wheel_tag(entry_id: str) -> str:
     """The image build_plugin_wheel builds its plugin wheel in (the infer image's plugin stage)."""
-    return f"myops-lab/plugin-wheel:{entry_id}"
+    return f"{image_namespace()}/plugin-wheel:{entry_id}"
 
 
 def build_plugin_wheel(entry_id: str, out: Path, *, no_cache: bool = False, log=print) -> Path:

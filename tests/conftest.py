@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import contextlib
+import csv
+import fcntl
 import os
 import sys
 import time
@@ -15,12 +17,77 @@ if str(REPO) not in sys.path:
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "bigmem: needs ~18 GB of free memory (tensors beyond 2^31 elements)")
+    config.addinivalue_line("markers", "bigmem: needs ~18 GB of free memory (tensors beyond 2^31 elements); "
+                                       "runs with no other test beside it")
     config.addinivalue_line("markers", "nvcc: compiles CUDA sources; needs nvcc")
     config.addinivalue_line("markers", "cuda: runs on a CUDA GPU (tests/devices.py); skipped with the reason where "
                                        "there is none; `python -m bench.gpu_check` runs them")
     config.addinivalue_line("markers", "docker: needs a Docker daemon (required in CI via MYOPS_REQUIRE_DOCKER=1)")
     config.addinivalue_line("markers", "sanitizers: the plugin under ASan/UBSan (python -m ort_plugin.sanitize)")
+
+
+# ---------------------------------------------------------------- several workers (pytest-xdist)
+# `nox -s tests` runs the suite on 2 workers with --dist loadgroup. A unit is what one worker runs as a
+# whole: a module with a module-scoped fixture, the tests of a session fixture that must be made once
+# (SHARED_ONCE), or the modules of TOGETHER; every other test is a unit of its own. Units start
+# costliest first, by the durations a fresh-clone CI run measured (tests/durations.csv; docs/ci.md).
+DURATIONS = Path(__file__).resolve().parent / "durations.csv"
+UNKNOWN_SECONDS = 1.0  # a test the committed durations do not list
+# The suite's disk peaks, one after the other: the cuda12.1 images (about 10 GB, removed as the first
+# module ends in CI) and the py3.13 container's CUDA torch.
+TOGETHER = {"cuda12.1 and py3.13": ("test_cuda_images", "test_host_python")}
+# Built once per worker that asks: minutes of emulated work each.
+SHARED_ONCE = ("arm64_images",)
+
+
+def _unit(item) -> str | None:
+    module = item.module.__name__.rsplit(".", 1)[-1]
+    for unit, modules in TOGETHER.items():
+        if module in modules:
+            return unit
+    for fixture in SHARED_ONCE:
+        if fixture in item.fixturenames:
+            return fixture
+    scopes = {defs[-1].scope for defs in item._fixtureinfo.name2fixturedefs.values() if defs}
+    return module if scopes & {"module", "class", "package"} else None
+
+
+def _committed_durations() -> dict[str, float]:
+    if not DURATIONS.exists():
+        return {}
+    with open(DURATIONS, newline="") as handle:
+        return {row["test"]: float(row["seconds"]) for row in csv.DictReader(handle)}
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the xdist_group marks
+def pytest_collection_modifyitems(config, items):
+    if not getattr(config.option, "numprocesses", None):
+        return  # one process: the files' own order
+    seconds = _committed_durations()
+    units = {id(item): _unit(item) or item.nodeid for item in items}
+    cost: dict[str, float] = {}
+    for item in items:
+        cost[units[id(item)]] = cost.get(units[id(item)], 0.0) + seconds.get(item.nodeid, UNKNOWN_SECONDS)
+    first_seen = {unit: n for n, unit in reversed(list(enumerate(units[id(i)] for i in items)))}
+    items.sort(key=lambda item: (-cost[units[id(item)]], first_seen[units[id(item)]]))
+    for item in items:
+        if units[id(item)] != item.nodeid:
+            item.add_marker(pytest.mark.xdist_group(units[id(item)]))
+
+
+@pytest.fixture(autouse=True)
+def _machine_share(request, tmp_path_factory):
+    """With several workers: a bigmem test takes the machine alone (most of its memory); every other
+    test holds a shared claim, so a bigmem test waits for the tests under way and none starts beside it."""
+    worker = getattr(request.config, "workerinput", None)  # only an xdist worker's (not a pytest it starts)
+    if worker is None:
+        yield
+        return
+    alone = request.node.get_closest_marker("bigmem") is not None
+    # the workers' base folders (popen-gwN) share a parent, which pytest removes in a later run
+    with open(tmp_path_factory.getbasetemp().parent / f"machine-{worker['testrunuid']}.lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        yield
 
 
 def pytest_runtest_setup(item):

@@ -154,12 +154,14 @@ def test_fanout_failure_of_one_target_leaves_the_others(arm64_images, tmp_path):
 def test_fanout_timeout_removes_its_container_and_writes_nothing(arm64_images, tmp_path):
     results = tmp_path / "results"
     log = []
-    before = set(docker._docker("ps", "-aq").stdout.decode().split())
+    # the fan-out's own containers (another worker's tests may run containers of their own meanwhile)
+    mine = ("ps", "-aq", "--filter", f"label={fanout.FANOUT_LABEL}")
+    before = set(docker._docker(*mine).stdout.decode().split())
     status = fanout.run(["docker@cpu"], ["--workload", "swish", "--runs", "100000"], results=results, timeout=20,
                         log=log.append)
     assert status == 1 and any("did not finish in time" in line for line in log), log
     assert not results.exists()
-    assert set(docker._docker("ps", "-aq").stdout.decode().split()) <= before
+    assert set(docker._docker(*mine).stdout.decode().split()) <= before
 
 
 def test_fanout_refuses_what_it_cannot_run(tmp_path):

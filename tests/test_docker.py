@@ -34,15 +34,26 @@ def _layers(tag: str) -> list[str]:
     return out.splitlines()
 
 
+def _remove_namespace(namespace: str) -> None:
+    """A test's own images (MYOPS_IMAGE_NAMESPACE), gigabytes of their own layers, removed."""
+    listed = subprocess.run(["docker", "images", "--format", "{{.Repository}}:{{.Tag}}", f"{namespace}/*"],
+                            capture_output=True, text=True).stdout.split()
+    if listed:
+        subprocess.run(["docker", "rmi", *listed], capture_output=True)
+
+
 def test_a_new_commit_with_the_same_sources_rebuilds_only_metadata(cpu_images, monkeypatch):
+    """Built beside cpu_images under a namespace of its own (their tags stay where they are: other tests,
+    on another worker, may be using them)."""
     before = {kind: _layers(tag) for kind, tag in cpu_images.items()}
     monkeypatch.setattr(docker, "revision", lambda: "f" * 40)
+    monkeypatch.setenv("MYOPS_IMAGE_NAMESPACE", "myops-lab-next-commit")
     try:
-        docker.build_images("cpu", log=lambda message: None)
-        after = {kind: _layers(tag) for kind, tag in cpu_images.items()}
+        rebuilt = docker.build_images("cpu", log=lambda message: None)
+        after = {kind: _layers(tag) for kind, tag in rebuilt.items()}
     finally:
-        monkeypatch.undo()
-        docker.build_images("cpu", log=lambda message: None)  # the tags back on this commit's images
+        _remove_namespace("myops-lab-next-commit")
+    assert set(rebuilt.values()).isdisjoint(cpu_images.values())
     for kind in cpu_images:
         changed = [line.split(" ", 1)[1] for line in after[kind] if line not in before[kind]]
         assert changed and all(step.startswith("/bin/sh -c #(nop) ") and (" LABEL " in step or " ENV " in step)
@@ -261,15 +272,14 @@ def test_two_builds_of_one_commit_hold_the_same_contents(cpu_images, tmp_path):
         os.umask(old_umask)
     subprocess.run(["git", "init", "--quiet"], cwd=clone, check=True)  # revision() asks git; unknown is fine
     assert (clone / "lab" / "docker.py").stat().st_mode & 0o777 == 0o600
+    # under a namespace of its own: cpu_images keep their tags (other tests may be using them meanwhile)
+    namespace = "myops-lab-umask"
     try:
         subprocess.run([sys.executable, "-c", "from lab import docker; docker.build_images('cpu', log=lambda m: None)"],
                        cwd=clone, check=True, timeout=1800, preexec_fn=lambda: os.umask(0o077),
-                       env=dict(os.environ, PYTHONPATH=str(clone)))
-        assert docker.image_id(cpu_images["infer"]) != first_ids["infer"]
-        assert _contents_digest(cpu_images["infer"]) == first
-    finally:  # the tags back on this checkout's images; the clone's (gigabytes of their own layers) removed
-        for kind, tag in cpu_images.items():
-            built = docker.image_id(tag)
-            subprocess.run(["docker", "tag", first_ids[kind], tag], capture_output=True)
-            if built and built != first_ids[kind]:
-                subprocess.run(["docker", "rmi", built], capture_output=True)
+                       env=dict(os.environ, PYTHONPATH=str(clone), MYOPS_IMAGE_NAMESPACE=namespace))
+        again = cpu_images["infer"].replace("myops-lab/", f"{namespace}/", 1)
+        assert docker.image_id(again) not in (None, first_ids["infer"])
+        assert _contents_digest(again) == first
+    finally:
+        _remove_namespace(namespace)

@@ -28,11 +28,12 @@ def trixie(daemon):
 
 @pytest.fixture(scope="module")
 def py313_wheels():
-    """nox, the tooling (the tests session adds compare.txt and wheels.txt) and the cpu entry's pins, for
+    """nox, the tooling (the tests session adds compare.txt, wheels.txt and tests.txt) and the cpu entry's pins, for
     CPython 3.13 on trixie's glibc."""
     target = wheels.Target("3.13", wheels.manylinux_tags(compat.BASE_OS["trixie"].glibc))
     specs = ["-r", str(REPO / "requirements" / "nox.txt"), "-r", str(REPO / "requirements" / "tools.txt"),
              "-r", str(REPO / "requirements" / "compare.txt"), "-r", str(REPO / "requirements" / "wheels.txt"),
+             "-r", str(REPO / "requirements" / "tests.txt"),
              *matrix.pip_pins(matrix.entry("cpu"), models=True)]
     HOUSE.mkdir(parents=True, exist_ok=True)
     wheels._run_pip(wheels.download_command(specs, HOUSE, target), dedicated=False, what="the host-py3.13 wheels",
