@@ -6,6 +6,9 @@
 from __future__ import annotations
 
 import argparse
+import fcntl
+import hashlib
+import json
 import os
 import sys
 from pathlib import Path
@@ -58,40 +61,78 @@ def _entry(session: nox.Session, entry_id: str, *, cuda_ok: bool = False) -> dic
     return entry
 
 
-def _install(session: nox.Session, entry: dict, *, models: bool = False) -> None:
-    """The entry's pinned frameworks plus the shared tooling, into this session's virtualenv (with
-    models=True also its transformers, for the whole-model runs)."""
+def _venv(session: nox.Session, entry: dict, *, models: bool = False, also: tuple[Path, ...] = ()) -> str:
+    """The python of the entry's virtualenv, .nox/<entry>, shared by every session that runs the lab's
+    code: one install of the entry's pins, one build of the extension and plugin (their build files
+    name the venv's paths, so a venv per session recompiled both). Each session adds what it needs
+    beyond the pins (models: transformers; `also`: requirement files), once: a stamp in the venv lists
+    the installs done, by the digest of what each asked for (a changed requirements file installs again)."""
+    venv = REPO / ".nox" / entry["id"]
+    python = venv / "bin" / "python"
     pins = matrix.pip_pins(entry, models=models)
-    session.log(f"installing matrix entry '{entry['id']}' on this host's Python {sys.version.split()[0]} "
-                f"(its images use {entry['python']}): {', '.join(pins)}")
-    if entry["torch"]["index"]:
-        pins.remove(next(p for p in pins if p.startswith("torch==")))
-        _install_torch(session, entry)
-    session.install(*pins, "-r", str(TOOLS))
-    session.env["MYOPS_MATRIX_ENTRY"] = entry["id"]
-    # A CPU entry builds CPU kernels only, also where pip's torch is a CUDA build and nvcc is absent.
-    session.env["MYOPS_NO_CUDA"] = "1"
-    session.run("python", "-m", "lab.provenance")
+    torch_pin = next(p for p in pins if p.startswith("torch=="))
+    steps = [("torch", [torch_pin]), ("pins", [p for p in pins if p != torch_pin] + ["-r", str(TOOLS)]),
+             *((f.name, ["-r", str(f)]) for f in also)]
+    session.env.update({
+        "VIRTUAL_ENV": str(venv), "PATH": f"{venv / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
+        "MYOPS_MATRIX_ENTRY": entry["id"],
+        # A CPU entry builds CPU kernels only, also where pip's torch is a CUDA build and nvcc is absent.
+        "MYOPS_NO_CUDA": "1",
+    })
+    # one session at a time changes the venv (two in two terminals would corrupt it)
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    with open(venv.parent / f".{entry['id']}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not python.exists():
+            session.log(f"creating the virtualenv every session of entry '{entry['id']}' shares: {venv.relative_to(REPO)}")
+            session.run(sys.executable, "-m", "venv", "--clear", str(venv), external=True)
+        stamp = venv / "lab-installed.json"
+        done = json.loads(stamp.read_text()) if stamp.exists() else {}
+        for what, args in steps:
+            digest = _digest(args)
+            if digest in done:
+                continue
+            if what == "torch":
+                session.log(f"installing matrix entry '{entry['id']}' on this host's Python {sys.version.split()[0]} "
+                            f"(its images use {entry['python']}): {', '.join(pins)}")
+            if what == "torch" and entry["torch"]["index"]:
+                _install_torch(session, str(python), entry)
+            else:
+                session.run(str(python), "-m", "pip", "install", "--disable-pip-version-check", *args, external=True)
+            done[digest] = " ".join(a if not a.startswith("/") else Path(a).name for a in args)
+            stamp.write_text(json.dumps(done, indent=1, sort_keys=True) + "\n")
+    session.run(str(python), "-m", "lab.provenance", external=True)
+    return str(python)
 
 
-def _install_torch(session: nox.Session, entry: dict) -> None:
+def _digest(args: list[str]) -> str:
+    """What an install asks for: its arguments and the contents of the requirement files it names."""
+    digest = hashlib.sha256(sys.version.encode())
+    for arg in args:
+        digest.update(arg.encode())
+        if arg.startswith("/") and Path(arg).is_file():
+            digest.update(Path(arg).read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def _install_torch(session: nox.Session, python: str, entry: dict) -> None:
     """torch from the entry's own index, else the same build from pip's configuration (lab.wheels.install_torch)."""
     from lab import wheels
 
     try:
-        wheels.install_torch(str(Path(session.bin) / "python"), entry, log=session.log, warn=session.warn)
+        wheels.install_torch(python, entry, log=session.log, warn=session.warn)
     except wheels.WheelError as exc:
         session.error(str(exc))
 
 
-def _build(session: nox.Session, *, cuda: str = "AUTO") -> None:
+def _build(session: nox.Session, python: str, *, cuda: str = "AUTO") -> None:
     session.log("building the PyTorch extension (cached under build/ops)")
-    session.run("python", "-m", "ops.build")
+    session.run(python, "-m", "ops.build", external=True)
     session.log("building the ONNX Runtime plugin (cached under build/ort_plugin)")
-    session.run("python", "-m", "ort_plugin.build", "--cuda", cuda)
+    session.run(python, "-m", "ort_plugin.build", "--cuda", cuda, external=True)
     # Later steps use exactly this build, not whichever build dir is newest.
-    where = session.run("python", "-c", f"from ort_plugin.build import library_path; print(library_path({cuda!r}))",
-                        silent=True)
+    where = session.run(python, "-c", f"from ort_plugin.build import library_path; print(library_path({cuda!r}))",
+                        silent=True, external=True)
     if where:
         session.env["MYOPS_ORT_PLUGIN"] = where.strip().splitlines()[-1]
 
@@ -124,7 +165,7 @@ def _base_overrides(session: nox.Session, values: list[str]) -> dict:
     return overrides
 
 
-@nox.session
+@nox.session(venv_backend="none")
 def build(session: nox.Session) -> None:
     """Build matrix entries (default: cpu; `all` for every entry): Docker images and their proof, or locally."""
     from lab import docker, proof
@@ -150,8 +191,7 @@ def build(session: nox.Session) -> None:
     failed = {}
     for entry_id in entries:
         if backend == "local":
-            _install(session, _entry(session, entry_id))
-            _build(session, cuda=args.cuda)
+            _build(session, _venv(session, _entry(session, entry_id)), cuda=args.cuda)
             continue
         overrides = _base_overrides(session, args.base_image)
         try:
@@ -250,7 +290,7 @@ def publish(session: nox.Session) -> None:
         session.error(str(exc))
 
 
-@nox.session
+@nox.session(venv_backend="none")
 def export(session: nox.Session) -> None:
     """Export every op's models (ops.export.MODELS, from ops.registry) with both exporters, both lowerings and every opset to build/onnx."""
     parser = argparse.ArgumentParser(prog="nox -s export --", description=export.__doc__)
@@ -258,12 +298,12 @@ def export(session: nox.Session) -> None:
     parser.add_argument("--beta", type=float, default=1.0)
     args = _parse(session, parser)
     entry = _entry(session, args.entry)
-    _install(session, entry)
-    _build(session)
+    python = _venv(session, entry)
+    _build(session, python)
     for exporter in entry["exporters"]:
         for lowering in ("custom", "decomposed"):
             session.log(f"exporting every model ({lowering}) with {exporter}")
-            session.run("python", "-m", "ops.export", "--model", "all", "--exporter", exporter,
+            session.run(python, "-m", "ops.export", "--model", "all", "--exporter", exporter,
                         "--lowering", lowering, "--beta", str(args.beta))
 
 
@@ -283,26 +323,24 @@ def new_op(session: nox.Session) -> None:
         session.error("nothing was written (see the message above)")
 
 
-@nox.session
+@nox.session(venv_backend="none")
 def tests(session: nox.Session) -> None:
     """Build for the cpu entry and run the test suite (pytest options after --)."""
-    entry = _entry(session, matrix.DEFAULT_ENTRY)
-    _install(session, entry, models=True)
-    session.install("-r", str(COMPARE), "-r", str(WHEEL_TOOLS), "-r", str(TEST_TOOLS))
-    _build(session)
+    python = _venv(session, _entry(session, matrix.DEFAULT_ENTRY), models=True, also=(COMPARE, WHEEL_TOOLS, TEST_TOOLS))
+    _build(session, python)
     # pytest options after --; test files or directories given there replace the whole suite
     chosen = [a for a in session.posargs if a.startswith("tests")]
     workers = os.environ.get("MYOPS_TEST_WORKERS", TEST_WORKERS)
     if not workers.isdigit() or int(workers) < 1:
         session.error(f"MYOPS_TEST_WORKERS is how many pytest workers run the suite (1: one process); got {workers!r}")
     # Units of tests that share a fixture stay on one worker, the costliest first (tests/conftest.py).
-    spread = [] if int(workers) == 1 else ["-n", workers, "--dist", "loadgroup", "--no-loadscope-reorder"]
+    spread = [] if int(workers) == 1 else ["-n", workers]
     # --durations: the slowest 30 tests, so a run shows where its minutes go (docs/ci.md)
-    session.run("python", "-m", "pytest", *([] if chosen else ["tests"]), "-ra", "--durations=30", *spread,
+    session.run(python, "-m", "pytest", *([] if chosen else ["tests"]), "-ra", "--durations=30", *spread,
                 *session.posargs)
 
 
-@nox.session
+@nox.session(venv_backend="none")
 def wheels(session: nox.Session) -> None:
     """Build the wheels users pip install into dist/ENTRY/: myops-ort (the ONNX Runtime plugin, no torch)
     and myops-torch (the extension for the entry's torch), checked and tagged by auditwheel; a CUDA
@@ -314,18 +352,15 @@ def wheels(session: nox.Session) -> None:
                         "(cross-compiled with Debian's g++-aarch64-linux-gnu; with --only ort)")
     parser.add_argument("--out", type=Path, help="where the wheels go (default dist/ENTRY)")
     args = _parse(session, parser)
-    entry = _entry(session, args.entry, cuda_ok=True)  # a CUDA entry's wheels are built in its images
-    if args.only == "ort" or entry["device"] == "cuda":
-        # the plugin wheel needs no torch, and a CUDA entry's wheels are built in its images: the tooling alone
-        session.install("-r", str(TOOLS))
-    else:
-        _install(session, entry)
-    session.install("-r", str(WHEEL_TOOLS))
-    session.run("python", "-m", "lab.dist", args.entry, "--arch", args.arch,
+    _entry(session, args.entry, cuda_ok=True)  # a CUDA entry's wheels are built in its images
+    # The host's entry venv: the extension wheel builds against its torch; the plugin wheel and a CUDA
+    # entry's (built in its images) need only its tools.
+    python = _venv(session, _entry(session, matrix.DEFAULT_ENTRY), also=(WHEEL_TOOLS,))
+    session.run(python, "-m", "lab.dist", args.entry, "--arch", args.arch,
                 *(["--only", args.only] if args.only else []), *(["--out", str(args.out)] if args.out else []))
 
 
-@nox.session
+@nox.session(venv_backend="none")
 def reproduce(session: nox.Session) -> None:
     """Build an entry's artifacts twice (two clones: other folders, time zones, locales, umasks) and
     compare them byte for byte; results/reproducibility.csv, exit 1 on an unexplained difference.
@@ -336,22 +371,18 @@ def reproduce(session: nox.Session) -> None:
     parser.add_argument("--images", action="store_true",
                         help="compare with the entry's images too, building them from this checkout where needed")
     args = _parse(session, parser)
-    entry = _entry(session, args.entry, cuda_ok=True)  # a CUDA entry's wheels are built in its images
-    if entry["device"] == "cuda":
-        session.install("-r", str(TOOLS))
-    else:
-        _install(session, entry)
-    session.install("-r", str(WHEEL_TOOLS))  # both clones build the wheels too
+    _entry(session, args.entry, cuda_ok=True)  # a CUDA entry's wheels are built in its images
+    python = _venv(session, _entry(session, matrix.DEFAULT_ENTRY), also=(WHEEL_TOOLS,))  # the clones build wheels too
     extra = ["--cuda-architectures", args.cuda_architectures] if args.cuda_architectures else []
     extra += ["--images"] if args.images else []
-    session.run("python", "-m", "lab.reproduce", args.entry, *extra)
+    session.run(python, "-m", "lab.reproduce", args.entry, *extra)
 
 
-@nox.session
+@nox.session(venv_backend="none")
 def sanitize(session: nox.Session) -> None:
     """Build the plugin with ASan + UBSan (CPU) and run it through onnxruntime under them."""
-    _install(session, _entry(session, matrix.DEFAULT_ENTRY))
-    session.run("python", "-m", "ort_plugin.sanitize", *session.posargs)
+    python = _venv(session, _entry(session, matrix.DEFAULT_ENTRY))
+    session.run(python, "-m", "ort_plugin.sanitize", *session.posargs)
 
 
 def _cuda_home(session: nox.Session) -> str:
@@ -434,7 +465,7 @@ def cuda_compile(session: nox.Session) -> None:
     session.log(f"cuda_compile: both binaries hold exactly '{arch_list}' ({time.perf_counter() - started:.0f} s)")
 
 
-@nox.session
+@nox.session(venv_backend="none")
 def bench(session: nox.Session) -> None:
     """The main job: measure every row for an entry and write results/<entry>/ (CSV, charts, summary).
 
@@ -464,11 +495,10 @@ def bench(session: nox.Session) -> None:
     backend = args.backend or ("docker" if docker.daemon_version() else "local")
     session.log(f"backend: {backend} (docker daemon: {docker.daemon_version() or 'none'})")
     if backend == "local":
-        _install(session, entry)
-        _build(session)
-        session.run("python", "-m", "bench.run", "--entry", args.entry, *rest)
+        python = _venv(session, entry)
+        _build(session, python)
+        session.run(python, "-m", "bench.run", "--entry", args.entry, *rest)
         return
-    session.install("-r", str(REPO / "requirements" / "nox.txt"))
     # Where the run writes is decided here, where git can see the checkout (bench.run_args), and mounted.
     from bench import run_args
     from lab import provenance
@@ -528,7 +558,7 @@ def _fan_out(session: nox.Session, specs: list[str], rest: list[str]) -> None:
     built here first where missing, since each target's image is checked against this build."""
     from lab import docker, platforms
 
-    session.install("-r", str(TOOLS))
+    python = _venv(session, _entry(session, matrix.DEFAULT_ENTRY))
     wanted: dict = {}
     for target in _targets(session, specs):
         wanted.setdefault(target.entry, {"amd64"}).add(target.arch or "amd64")
@@ -542,17 +572,17 @@ def _fan_out(session: nox.Session, specs: list[str], rest: list[str]) -> None:
                 docker.build_images(entry_id, arches=tuple(sorted(arches)), log=session.log)
     except (matrix.MatrixError, docker.DockerError, platforms.PlatformError) as exc:
         session.error(str(exc))
-    session.run("python", "-m", "bench.fanout", *[part for spec in specs for part in ("--on", spec)], *rest,
+    session.run(python, "-m", "bench.fanout", *[part for spec in specs for part in ("--on", spec)], *rest,
                 env={"PYTHONPATH": str(REPO)})
 
 
-@nox.session
+@nox.session(venv_backend="none")
 def doctor(session: nox.Session) -> None:
     """Diagnose this machine: torch/nvcc/ABI, GPU vs compiled architectures, ORT, the plugin, and given ONNX files."""
     # --help too runs in the entry's environment: the doctor imports torch and numpy, which nox's has not.
-    _install(session, _entry(session, matrix.DEFAULT_ENTRY))
-    _build(session)
-    session.run("python", "-m", "ops.doctor", *session.posargs)
+    python = _venv(session, _entry(session, matrix.DEFAULT_ENTRY))
+    _build(session, python)
+    session.run(python, "-m", "ops.doctor", *session.posargs)
 
 
 @nox.session
@@ -562,23 +592,23 @@ def report(session: nox.Session) -> None:
     session.run("python", "-m", "bench.report", *session.posargs)
 
 
-@nox.session
+@nox.session(venv_backend="none")
 def compare(session: nox.Session) -> None:
     """NEW against BASE, row by row from their samples (results dirs, CSVs or git revisions); exit 1 on a slowdown."""
     own = session.posargs[:session.posargs.index("--")] if "--" in session.posargs else session.posargs
-    if any(a == "--same-build" or a.startswith("--same-build=") for a in own):  # runs the benchmark here
+    same_build = any(a == "--same-build" or a.startswith("--same-build=") for a in own)  # runs the benchmark here
+    if same_build:
         entry_id = next((a.split("=", 1)[1] for a in own if a.startswith("--entry=")), None)
         if entry_id is None and "--entry" in own[:-1]:
             entry_id = own[own.index("--entry") + 1]
-        _install(session, _entry(session, entry_id or matrix.DEFAULT_ENTRY))
-        _build(session)
-    else:
-        session.install("-r", str(TOOLS))
-    session.install("-r", str(COMPARE))
-    session.run("python", "-m", "bench.compare", *session.posargs, env={"PYTHONPATH": str(REPO)})
+        _entry(session, entry_id or matrix.DEFAULT_ENTRY)  # a CUDA entry is refused here
+    python = _venv(session, _entry(session, matrix.DEFAULT_ENTRY), also=(COMPARE,))
+    if same_build:
+        _build(session, python)
+    session.run(python, "-m", "bench.compare", *session.posargs, env={"PYTHONPATH": str(REPO)})
 
 
-@nox.session
+@nox.session(venv_backend="none")
 def cross_machine_diff(session: nox.Session) -> None:
     """Layer 3: the same ONNX files and inputs on several targets (default: docker local) must agree."""
     from lab import docker, platforms
@@ -587,10 +617,13 @@ def cross_machine_diff(session: nox.Session) -> None:
     args = session.posargs
     specs = [a for i, a in enumerate(args) if not a.startswith("-")
              and not (i and args[i - 1].startswith("--") and "=" not in args[i - 1])] or ["docker", "local"]
-    _install(session, _entry(session, matrix.DEFAULT_ENTRY))
-    _build(session)
+    python = _venv(session, _entry(session, matrix.DEFAULT_ENTRY))
+    if {"-h", "--help"} & set(args):  # its options at once: no build, no artifacts
+        session.run(python, "-m", "bench.cross_machine_diff", "--help")
+        return
+    _build(session, python)
     session.log("writing the artifacts every target runs (build/artifacts)")
-    session.run("python", "-m", "ops.artifacts", "--out", "build/artifacts")
+    session.run(python, "-m", "ops.artifacts", "--out", "build/artifacts")
     for target in _targets(session, specs):
         arch = target.arch or "amd64"
         tag = docker.image_tags(matrix.entry(target.entry), platforms.get(arch))["infer"]
@@ -600,10 +633,10 @@ def cross_machine_diff(session: nox.Session) -> None:
                 docker.build_images(target.entry, arches=("amd64", arch), log=session.log)
             except docker.DockerError as exc:
                 session.error(str(exc))
-    session.run("python", "-m", "bench.cross_machine_diff", *session.posargs)
+    session.run(python, "-m", "bench.cross_machine_diff", *session.posargs)
 
 
-@nox.session
+@nox.session(venv_backend="none")
 def model(session: nox.Session) -> None:
     """A whole model through the chain: `nox -s model -- MODEL` (llama, qwen2, or path/to/file.py:factory).
 
@@ -616,14 +649,14 @@ def model(session: nox.Session) -> None:
     entry = _entry(session, entry_id or matrix.DEFAULT_ENTRY)
     if not entry.get("transformers"):
         session.error(f"entry '{entry['id']}' pins no transformers in matrix.yaml: whole-model runs use the cpu entry")
-    _install(session, entry, models=True)
-    _build(session)
-    session.run("python", "-m", "bench.models.run", *session.posargs)
+    python = _venv(session, entry, models=True)
+    _build(session, python)
+    session.run(python, "-m", "bench.models.run", *session.posargs)
 
 
-@nox.session
+@nox.session(venv_backend="none")
 def fuse(session: nox.Session) -> None:
     """Rewrite an ONNX file so each op's decomposed forms are one myops node, proven in ORT: `nox -s fuse -- IN.onnx OUT.onnx`."""
-    _install(session, _entry(session, matrix.DEFAULT_ENTRY))
-    _build(session)
-    session.run("python", "-m", "ops.fuse", *session.posargs)
+    python = _venv(session, _entry(session, matrix.DEFAULT_ENTRY))
+    _build(session, python)
+    session.run(python, "-m", "ops.fuse", *session.posargs)

@@ -14,6 +14,7 @@ sha256 before anything runs, so a file damaged in transport is refused, not meas
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import hashlib
 import json
 import os
@@ -106,9 +107,18 @@ def verify(args) -> int:
         print(f"verify: contents sha256 {value} ({files} files under {Path(contents).parent}, as recorded at build)")
     eps = providers(args.providers)
     library = args.plugin or default_library()
+    selected = None
+    if args.only:
+        listed = [item["file"] for item in load_manifest(args.artifacts)["models"]]
+        selected = {name for name in listed if any(fnmatch.fnmatchcase(name, pattern) for pattern in args.only)}
+        if not selected:
+            print(f"error: no model of {args.artifacts} matches --only {' '.join(args.only)}; its models: "
+                  f"{', '.join(listed)}", file=sys.stderr)
+            return 2
+        print(f"verify: {len(selected)} of the {len(listed)} models (--only {' '.join(args.only)})")
     failures = 0
     print(f"verify: plugin {library}, providers {eps}")
-    for item, outputs in run_models(args.artifacts, library=library, execution_providers=eps):
+    for item, outputs in run_models(args.artifacts, library=library, execution_providers=eps, selected=selected):
         with np.load(Path(args.artifacts) / item["reference"]) as reference:
             for name, expected in reference.items():
                 actual = outputs[name]
@@ -301,6 +311,9 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--artifacts", type=Path, default=DEFAULT_ARTIFACTS)
         p.add_argument("--plugin", type=Path, help="plugin library (default: $MYOPS_ORT_PLUGIN or the built one)")
         p.add_argument("--providers", help="comma-separated execution providers (default: CUDA if present, CPU)")
+        if name == "verify":
+            p.add_argument("--only", action="append", metavar="GLOB", help="only the models whose file name matches "
+                           "(repeatable), e.g. '*-custom-*': the ones that run the plugin")
         if name == "dump":
             p.add_argument("--out", type=Path, required=True, help="directory for outputs.npz and provenance.json")
         if name == "bench":

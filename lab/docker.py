@@ -19,10 +19,11 @@ import subprocess
 import tempfile
 import threading
 import time
+import zlib
 from pathlib import Path
 
 from . import debian, highway, matrix, platforms, toolkit, wheel_stage, wheels
-from .files import write_text_atomic
+from .files import held, write_text_atomic
 
 REPO = Path(__file__).resolve().parent.parent
 DOCKER_DIR = REPO / "docker"
@@ -358,19 +359,37 @@ def cmake_cuda_architectures(arch_list: list[str]) -> str:
     return ";".join(a.replace("+PTX", "").replace(".", "") + ("" if a.endswith("+PTX") else "-real") for a in arch_list)
 
 
-# The port the wheels are served on: fixed, because build args are part of the layer cache key.
+# The wheel servers' ports: fixed per entry and platform, because build args are part of the layer
+# cache key; apart, so that two entries' images can be built at once.
 WHEELS_PORT = 48735
+WHEELS_PORTS = 500
+PORT_WAIT_SECONDS = 900
+
+
+def wheels_port(entry_id: str, plat: platforms.Platform = platforms.PRIMARY) -> int:
+    return WHEELS_PORT + zlib.crc32(f"{entry_id}/{plat.docker}".encode()) % WHEELS_PORTS
 
 
 @contextlib.contextmanager
-def _serve_wheels(directory: Path):
+def _serve_wheels(directory: Path, port: int, *, log=print):
     """An HTTP server on 127.0.0.1 for the duration of a build: pip in the build's RUN reads the
-    locked wheels from it (--find-links, hashes checked), so no layer ever holds them."""
+    locked wheels from it (--find-links, hashes checked), so no layer ever holds them. Where another
+    build (another checkout's) serves on the port, this one waits for it, up to PORT_WAIT_SECONDS."""
     handler = functools.partial(_QuietHandler, directory=str(directory))
-    try:
-        server = http.server.ThreadingHTTPServer(("127.0.0.1", WHEELS_PORT), handler)
-    except OSError:  # another build holds the port: any free one (this build then misses the pip cache)
-        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    deadline = time.monotonic() + PORT_WAIT_SECONDS
+    server = None
+    while server is None:
+        try:
+            server = http.server.ThreadingHTTPServer(("127.0.0.1", port), handler)
+        except OSError:
+            if time.monotonic() > deadline:  # any free port: this build then misses Docker's layer cache
+                log(f"[docker] port {port} stayed taken for {PORT_WAIT_SECONDS} s: serving the wheels on another "
+                    "one (this build's pip steps run again, uncached)")
+                server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+            else:
+                if deadline - time.monotonic() > PORT_WAIT_SECONDS - 2:  # said once
+                    log(f"[docker] port {port} is taken (another build of this entry?): waiting for it to end ...")
+                time.sleep(2)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
@@ -380,18 +399,25 @@ def _serve_wheels(directory: Path):
         server.server_close()
 
 
+def _one_build_of(entry_id: str, *, log=print):
+    """One build of an entry's images at a time from this checkout: builds share its context folders
+    and wheelhouse. Another waits, then finds Docker's cache warm."""
+    return held(CONTEXT_ROOT / f".{entry_id}.lock", what=f"building the {entry_id} images from this checkout",
+                log=lambda m: log(f"[docker] {m}"))
+
+
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
     def log_message(self, *args) -> None:
         pass
 
 
-def _build(dockerfile: str, tag: str, context: Path, build_args: dict, wheels_dir: Path, *, log,
+def _build(dockerfile: str, tag: str, context: Path, build_args: dict, wheels_dir: Path, *, port: int, log,
            target: str | None = None, no_cache: bool = False) -> None:
     """docker build with each step shown as it starts; a failure quotes the build's last lines.
     no_cache: every step runs again (a second, independent build, as lab.reproduce wants)."""
     tail: list[str] = []
     started = time.perf_counter()
-    with _serve_wheels(wheels_dir) as url:
+    with _serve_wheels(wheels_dir, port, log=log) as url:
         args = [part for key, value in dict(build_args, WHEELS=url).items() for part in ("--build-arg", f"{key}={value}")]
         # host network: the build's RUN steps reach the wheel server on loopback (and, on a user's
         # machine, an official base's apt mirror); pip itself never looks past the locked files.
@@ -451,6 +477,11 @@ def build_plugin_wheel(entry_id: str, out: Path, *, no_cache: bool = False, log=
     build base with its CUDA toolkit), copied into `out`; not yet checked or tagged by auditwheel.
     no_cache: the stage is built again even where Docker's cache holds it."""
     _require_local_daemon()
+    with _one_build_of(entry_id, log=log):
+        return _build_plugin_wheel(entry_id, out, no_cache=no_cache, log=log)
+
+
+def _build_plugin_wheel(entry_id: str, out: Path, *, no_cache: bool, log) -> Path:
     entry = matrix.entry(entry_id)
     bases = {"build": ensure_base_image("build", entry["base_images"]["build"], log=log),
              "runtime": entry["base_images"]["runtime"]["tag"]}  # not built: the build stops at the plugin stage
@@ -465,8 +496,8 @@ def build_plugin_wheel(entry_id: str, out: Path, *, no_cache: bool = False, log=
     tag = plugin_wheel_tag(entry_id)
     args = dict(_common_args(entry, bases, plan), TRAIN_IMAGE=image_tags(entry)["train"])
     log(f"[docker] building the plugin stage of the {entry_id} infer image ({tag}) ...")
-    _build("infer.Dockerfile", tag, contexts["infer"], args, contexts["infer"].parent / "wheels-infer", log=log,
-           target="plugin", no_cache=no_cache)
+    _build("infer.Dockerfile", tag, contexts["infer"], args, contexts["infer"].parent / "wheels-infer",
+           port=wheels_port(entry_id), log=log, target="plugin", no_cache=no_cache)
     out.mkdir(parents=True, exist_ok=True)
     container = _docker("create", tag, "true").stdout.decode().strip()  # never started: a command it could run
     try:
@@ -548,6 +579,11 @@ def build_images(entry_id: str, *, base_overrides: dict | None = None, arches: t
     """Build the entry's train and infer images, and its infer image for each other architecture in
     `arches` that matrix.yaml lists (`all`: every one); returns their tags ({'infer-arm64': ...})."""
     _require_local_daemon()
+    with _one_build_of(entry_id, log=log):
+        return _build_images(entry_id, base_overrides=base_overrides, arches=arches, log=log)
+
+
+def _build_images(entry_id: str, *, base_overrides: dict | None, arches: tuple, log) -> dict:
     entry = matrix.entry(entry_id)
     foreign = infer_platforms_wanted(entry, arches)[1:]  # checked before any long build
     for plat in foreign:
@@ -574,7 +610,8 @@ def build_images(entry_id: str, *, base_overrides: dict | None = None, arches: t
         args.update(VERSION=versions[kind], CREATED=_created())
         log(f"[docker] building {tags[kind]} ...")
         started = time.perf_counter()
-        _build(f"{kind}.Dockerfile", tags[kind], contexts[kind], args, contexts[kind].parent / f"wheels-{kind}", log=log)
+        _build(f"{kind}.Dockerfile", tags[kind], contexts[kind], args, contexts[kind].parent / f"wheels-{kind}",
+               port=wheels_port(entry_id), log=log)
         log(f"[docker] built {tags[kind]} in {time.perf_counter() - started:.0f} s")
     for plat in foreign:
         tags[f"infer-{plat.docker}"] = _build_foreign_infer(entry, plat, dict(common, TRAIN_IMAGE=tags["train"]),
@@ -617,7 +654,8 @@ def _build_foreign_infer(entry: dict, plat: platforms.Platform, common: dict, ve
                 PLUGIN_WHEEL_PLATFORM=f"linux-{plat.machine}")  # the wheel's tag (scikit-build-core reads it)
     log(f"[docker] building {tag} ({plat.os_arch}; its RUN steps under emulation) ...")
     started = time.perf_counter()
-    _build("infer.Dockerfile", tag, contexts["infer"], args, contexts["infer"].parent / "wheels-infer", log=log)
+    _build("infer.Dockerfile", tag, contexts["infer"], args, contexts["infer"].parent / "wheels-infer",
+           port=wheels_port(entry["id"], plat), log=log)
     found = image_architecture(tag)
     if found != plat.docker:
         _docker("rmi", tag, check=False)  # a wrong-architecture image must not pass for a built one
@@ -746,19 +784,26 @@ def pull(remote: str, *, host: str | None = None, arch: str | None = None, timeo
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m lab.docker bases [ENTRY]`: make sure the entry's base images exist (made or pulled)."""
+    """`python -m lab.docker bases [ENTRY] [--arch ARCH]`: make sure the entry's base images exist (made
+    or pulled); with --arch, also those of its infer image for that architecture."""
     import argparse
     import sys
 
     parser = argparse.ArgumentParser(prog="python -m lab.docker")
     parser.add_argument("command", choices=["bases"])
     parser.add_argument("entry", nargs="?", default=matrix.DEFAULT_ENTRY)
+    parser.add_argument("--arch", action="append", default=[], help="also the bases of the entry's infer image for "
+                        "this architecture (arm64: its runtime base, made under emulation, and the cross build base)")
     args = parser.parse_args(argv)
     try:
         require_daemon()
         entry = matrix.entry(args.entry)
         for role in ("build", "runtime"):
             print(f"{role}: {ensure_base_image(role, entry['base_images'][role])}")
+        for plat in infer_platforms_wanted(entry, args.arch)[1:] if args.arch else []:
+            require_emulation(plat)
+            print(f"runtime ({plat.docker}): {ensure_base_image('runtime', entry['base_images']['runtime'], plat=plat)}")
+            print(f"build (cross to {plat.docker}): {ensure_base_image('build', CROSS_BUILD_BASES[plat.docker])}")
     except (DockerError, matrix.MatrixError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -1,7 +1,10 @@
-"""Write result files atomically: a reader (or an interrupted run) never sees half a file."""
+"""Write result files atomically: a reader (or an interrupted run) never sees half a file; and make a
+shared folder one process's at a time (`held`)."""
 from __future__ import annotations
 
+import contextlib
 import csv
+import fcntl
 import os
 import tempfile
 from pathlib import Path
@@ -68,3 +71,18 @@ def shown(path: Path) -> str:
     """A path as messages show it: relative to the repository when inside it."""
     repo = Path(__file__).resolve().parent.parent
     return str(path.relative_to(repo)) if Path(path).is_relative_to(repo) else str(path)
+
+
+@contextlib.contextmanager
+def held(lock: Path, *, what: str, log=print):
+    """The block runs while this process alone holds `lock` (an flock, released even when killed):
+    folders that several processes fill on first use (toolkits, wheelhouses, build contexts) are made
+    by one while the others wait, then find them made. Another holder is said once, with `what`."""
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log(f"waiting: another process is {what} ...")
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        yield

@@ -24,7 +24,7 @@ import zipfile
 from pathlib import Path
 
 from . import debian, matrix, wheels
-from .files import shown, write_text_atomic
+from .files import held, shown, write_text_atomic
 
 REPO = Path(__file__).resolve().parent.parent
 ROOT = REPO / "build" / "cuda-toolkits"
@@ -241,6 +241,14 @@ def assemble(entry: dict, *, log=print) -> Path:
     out = home(entry)
     lock = lock_path(entry)
     if lock.exists() and _stamp(out) == _pins_of(lock.read_text()):
+        return out
+    # one assembly at a time: another process may be copying the toolkit this one would replace
+    with held(ROOT / f".{out.name}.lock", what=f"assembling {pin_text(entry)}", log=lambda m: log(f"[toolkit] {m}")):
+        return _assemble(entry, out, lock, log=log)
+
+
+def _assemble(entry: dict, out: Path, lock: Path, *, log) -> Path:
+    if lock.exists() and _stamp(out) == _pins_of(lock.read_text()):  # made while this one waited
         return out
     if lock.exists() and pin_text(entry) not in lock.read_text().splitlines()[0]:
         raise ToolkitError(f"{shown(lock)} pins another toolkit than matrix.yaml ({pin_text(entry)}): "

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import compat, platforms
-from .files import shown, write_text_atomic
+from .files import held, shown, write_text_atomic
 
 REPO = Path(__file__).resolve().parent.parent
 LOCKS = REPO / "docker" / "locks"
@@ -523,17 +523,19 @@ def wheelhouse(entry: dict, *, kinds=("train", "infer"), plat: platforms.Platfor
     """
     house = wheelhouse_dir(entry, plat)
     locks = {}
-    for kind in kinds:
-        lock = lock_path(entry, kind, plat)
-        if lock.exists():
-            stale = lock_staleness(entry, kind, lock, plat)
-            if stale:
-                raise WheelError(f"{shown(lock)} {stale}: re-resolve it with "
-                                 f"`{LOCK_COMMAND.format(entry=entry['id'])}`, and commit the new lock")
-            fetch(lock, house, entry, plat=plat, log=log)
-        else:
-            resolve(entry, kind, house, plat=plat, log=log)
-        locks[kind] = lock
+    # one process fills a wheelhouse at a time (the tests' workers may ask for the same one at once)
+    with held(house.parent / f".{house.name}.lock", what=f"filling {shown(house)}", log=lambda m: log(f"[wheels] {m}")):
+        for kind in kinds:
+            lock = lock_path(entry, kind, plat)
+            if lock.exists():
+                stale = lock_staleness(entry, kind, lock, plat)
+                if stale:
+                    raise WheelError(f"{shown(lock)} {stale}: re-resolve it with "
+                                     f"`{LOCK_COMMAND.format(entry=entry['id'])}`, and commit the new lock")
+                fetch(lock, house, entry, plat=plat, log=log)
+            else:
+                resolve(entry, kind, house, plat=plat, log=log)
+            locks[kind] = lock
     return locks
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import fcntl
+import json
 import os
 import sys
 import time
@@ -18,7 +19,9 @@ if str(REPO) not in sys.path:
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "bigmem: needs ~18 GB of free memory (tensors beyond 2^31 elements); "
-                                       "runs with no other test beside it")
+                                       "runs alone")
+    config.addinivalue_line("markers", "alone: runs with no other test beside it under several workers (a "
+                                       "verdict on timings it measures)")
     config.addinivalue_line("markers", "nvcc: compiles CUDA sources; needs nvcc")
     config.addinivalue_line("markers", "cuda: runs on a CUDA GPU (tests/devices.py); skipped with the reason where "
                                        "there is none; `python -m bench.gpu_check` runs them")
@@ -27,10 +30,11 @@ def pytest_configure(config):
 
 
 # ---------------------------------------------------------------- several workers (pytest-xdist)
-# `nox -s tests` runs the suite on 2 workers with --dist loadgroup. A unit is what one worker runs as a
-# whole: a module with a module-scoped fixture, the tests of a session fixture that must be made once
-# (SHARED_ONCE), or the modules of TOGETHER; every other test is a unit of its own. Units start
-# costliest first, by the durations a fresh-clone CI run measured (tests/durations.csv; docs/ci.md).
+# `nox -s tests` runs the suite on 2 workers. A unit is what one worker runs as a whole: a module with a
+# module-scoped fixture, the tests of a session fixture that must be made once (SHARED_ONCE), or the
+# modules of TOGETHER; every other test is a unit of its own. Units start costliest first, by the
+# durations a fresh-clone CI run measured (tests/durations.csv; docs/ci.md). The workers collect and
+# write each test's unit to a file; the controller's scheduler (UnitScheduling) reads it.
 DURATIONS = Path(__file__).resolve().parent / "durations.csv"
 UNKNOWN_SECONDS = 1.0  # a test the committed durations do not list
 # The suite's disk peaks, one after the other: the cuda12.1 images (about 10 GB, removed as the first
@@ -38,6 +42,7 @@ UNKNOWN_SECONDS = 1.0  # a test the committed durations do not list
 TOGETHER = {"cuda12.1 and py3.13": ("test_cuda_images", "test_host_python")}
 # Built once per worker that asks: minutes of emulated work each.
 SHARED_ONCE = ("arm64_images",)
+UNITS = "xdist-units.json"
 
 
 def _unit(item) -> str | None:
@@ -59,33 +64,55 @@ def _committed_durations() -> dict[str, float]:
         return {row["test"]: float(row["seconds"]) for row in csv.DictReader(handle)}
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the xdist_group marks
 def pytest_collection_modifyitems(config, items):
-    if not getattr(config.option, "numprocesses", None):
-        return  # one process: the files' own order
+    if not hasattr(config, "workerinput"):
+        return  # one process (or xdist's controller, which does not collect): the files' own order
     seconds = _committed_durations()
-    units = {id(item): _unit(item) or item.nodeid for item in items}
+    units = {item.nodeid: _unit(item) or item.nodeid for item in items}
     cost: dict[str, float] = {}
     for item in items:
-        cost[units[id(item)]] = cost.get(units[id(item)], 0.0) + seconds.get(item.nodeid, UNKNOWN_SECONDS)
-    first_seen = {unit: n for n, unit in reversed(list(enumerate(units[id(i)] for i in items)))}
-    items.sort(key=lambda item: (-cost[units[id(item)]], first_seen[units[id(item)]]))
-    for item in items:
-        if units[id(item)] != item.nodeid:
-            item.add_marker(pytest.mark.xdist_group(units[id(item)]))
+        cost[units[item.nodeid]] = cost.get(units[item.nodeid], 0.0) + seconds.get(item.nodeid, UNKNOWN_SECONDS)
+    first_seen = {unit: n for n, unit in reversed(list(enumerate(units[i.nodeid] for i in items)))}
+    items.sort(key=lambda item: (-cost[units[item.nodeid]], first_seen[units[item.nodeid]]))
+    # every worker collects the same tests: each writes the same map, atomically
+    from lab.files import write_text_atomic
+
+    write_text_atomic(config._tmp_path_factory.getbasetemp().parent / UNITS, json.dumps(units))
 
 
-@pytest.fixture(autouse=True)
-def _machine_share(request, tmp_path_factory):
-    """With several workers: a bigmem test takes the machine alone (most of its memory); every other
-    test holds a shared claim, so a bigmem test waits for the tests under way and none starts beside it."""
-    worker = getattr(request.config, "workerinput", None)  # only an xdist worker's (not a pytest it starts)
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which would pick its scheduler by --dist
+def pytest_xdist_make_scheduler(config, log):
+    if config.getvalue("dist") not in ("load", "loadscope"):
+        return None  # another --dist asked for by name: xdist's own
+    from xdist.scheduler import LoadScopeScheduling
+
+    class UnitScheduling(LoadScopeScheduling):
+        """xdist's scope scheduling with the units the workers wrote: a unit's tests on one worker, the
+        units in the order the workers collected them (costliest first)."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            if not hasattr(self, "_units"):  # read once the workers have collected
+                self._units = json.loads((config._tmp_path_factory.getbasetemp() / UNITS).read_text())
+            return self._units.get(nodeid, nodeid)
+
+    config.option.loadscopereorder = False  # the workers' order is the schedule
+    return UnitScheduling(config, log)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """With several workers: a bigmem or alone test takes the machine alone (most of its memory, or a
+    verdict on its own timings); every other test holds a shared claim for its setup (fixtures that
+    build images included), call and teardown, so such a test waits for the tests under way and none
+    starts beside it."""
+    worker = getattr(item.config, "workerinput", None)  # only an xdist worker's (not a pytest it starts)
     if worker is None:
         yield
         return
-    alone = request.node.get_closest_marker("bigmem") is not None
+    alone = any(item.get_closest_marker(mark) is not None for mark in ("bigmem", "alone"))
     # the workers' base folders (popen-gwN) share a parent, which pytest removes in a later run
-    with open(tmp_path_factory.getbasetemp().parent / f"machine-{worker['testrunuid']}.lock", "a") as handle:
+    folder = item.config._tmp_path_factory.getbasetemp().parent
+    with open(folder / f"machine-{worker['testrunuid']}.lock", "a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
         yield
 

@@ -186,6 +186,7 @@ def _bench(results: Path, **env) -> None:
 
 @pytest.mark.skipif("avx2" not in Path("/proc/cpuinfo").read_text(),
                     reason="the planted slowdown is the baseline path, which is this CPU's own without AVX2")
+@pytest.mark.alone  # its verdict is on timings: another worker's load would blur them
 def test_a_planted_slowdown_is_flagged_on_real_runs(ext, plugin_path, tmp_path):
     """The kernel capped at its baseline path (no AVX2/AVX-512): the extension and the plugin's op
     must come out significantly slower; compare exits 1."""

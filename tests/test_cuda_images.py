@@ -69,7 +69,8 @@ def test_proof_rows_are_recorded_with_the_image(proven, results):
 
 
 def test_a_library_missing_from_the_image_fails_the_proof(proven):
-    """The NEEDED check can fail: the same image with cuDNN's directory taken from the loader's cache."""
+    """The NEEDED check can fail: the same image with cuDNN's directory taken from the loader's cache.
+    Builds its own image: one layer on the infer image, the broken one the check must catch."""
     tag = docker.image_tags(matrix.entry(ENTRY))["infer"]
     broken = "myops-lab/test-broken-infer:cudnn-hidden"
     dockerfile = (f"FROM {tag}\nUSER root\n"
@@ -213,7 +214,8 @@ def test_the_cuda_extension_wheel_holds_the_entrys_architectures_and_leaves_torc
 def test_the_cuda_extension_wheel_runs_in_a_clean_venv_with_the_entrys_torch(cuda_wheels):
     """A new venv (the train image's Python, a throwaway container, no network) holding only the entry's
     torch (2.4.1+cu121 with its NVIDIA wheels) and numpy from the entry's locked wheelhouse, then the wheel:
-    the ops on the CPU against their formulas, gradcheck, opcheck; a CPU torch is refused."""
+    the ops on the CPU against their formulas, gradcheck, opcheck; a CPU torch is refused. Builds its own
+    venv: a clean one is what a user installs the wheel into."""
     import json
 
     from lab import wheels

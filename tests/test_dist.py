@@ -37,6 +37,8 @@ def built(tmp_path_factory) -> dict:
 
 
 def test_a_rebuild_replaces_the_recorded_wheel_and_bad_tools_change_nothing(tmp_path, monkeypatch):
+    """Builds its own plugin wheel (seconds, on the host): a rebuild into a folder holding an older one is
+    what it checks."""
     out = tmp_path / "dist"
     out.mkdir()
     old = out / "myops_ort-0.0.9-py3-none-manylinux_2_17_x86_64.whl"
@@ -58,6 +60,7 @@ def test_a_rebuild_replaces_the_recorded_wheel_and_bad_tools_change_nothing(tmp_
 
 
 def _venv(where: Path, *packages: str) -> Path:
+    """Builds its own venv (where missing): the wheels' tests install them into a clean one, as a user does."""
     if not (where / "bin" / "python").exists():
         subprocess.run([sys.executable, "-m", "venv", str(where)], check=True)
     python = where / "bin" / "python"
@@ -118,6 +121,7 @@ def test_extension_wheel_is_pinned_to_its_torch(built):
 
 
 def test_extension_wheel_in_a_clean_venv_runs_layer1_and_an_export(built, tmp_path):
+    """Builds its own venv: a clean one, torch installed as the sessions do, then the wheel."""
     # torch as the nox sessions install it: the entry's index first (PyPI's x86-64 torch is a CUDA build)
     subprocess.run([sys.executable, "-m", "venv", str(tmp_path / "venv")], check=True)
     wheels.install_torch(str(tmp_path / "venv" / "bin" / "python"), ENTRY, log=lambda m: None, warn=lambda m: None)

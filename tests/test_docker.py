@@ -20,6 +20,7 @@ pytestmark = pytest.mark.docker
 
 
 def test_unchanged_rebuild_is_a_no_op(cpu_images):
+    """Builds its own: the rebuild (all from Docker's cache) is what it checks."""
     before = {kind: docker.image_id(tag) for kind, tag in cpu_images.items()}
     started = time.perf_counter()
     docker.build_images("cpu", log=lambda message: None)
@@ -43,8 +44,8 @@ def _remove_namespace(namespace: str) -> None:
 
 
 def test_a_new_commit_with_the_same_sources_rebuilds_only_metadata(cpu_images, monkeypatch):
-    """Built beside cpu_images under a namespace of its own (their tags stay where they are: other tests,
-    on another worker, may be using them)."""
+    """Builds its own images beside cpu_images, under a namespace of its own (their tags stay where they
+    are: other tests, on another worker, may be using them); only the metadata steps may run again."""
     before = {kind: _layers(tag) for kind, tag in cpu_images.items()}
     monkeypatch.setattr(docker, "revision", lambda: "f" * 40)
     monkeypatch.setenv("MYOPS_IMAGE_NAMESPACE", "myops-lab-next-commit")
@@ -250,8 +251,8 @@ def _contents_digest(tag: str) -> str:
 
 
 def test_two_builds_of_one_commit_hold_the_same_contents(cpu_images, tmp_path):
-    """Built again from a clone in another folder with umask 077 (every file 0600 in the build
-    context): Docker's image ID changes, the recorded contents do not."""
+    """Builds its own images, from a clone in another folder with umask 077 (every file 0600 in the build
+    context), under a namespace of its own: Docker's image ID changes, the recorded contents do not."""
     import os
     import sys
     from pathlib import Path

@@ -157,6 +157,14 @@ def test_rows_written_in_the_benchmark_format(tmp_path):
     assert read_csv(tmp_path / "cuda13.0" / "targets.csv")[0]["limit"] == "0.6667"  # numeric, as the CPU's
 
 
+def test_a_device_time_without_noise_is_shown_not_a_crash():
+    """Too few cold samples give a time and no noise (None); the row's log line says so (it raised
+    TypeError when the host clock ran slow under load)."""
+    assert rows._shown(0.25, None) == "  0.2500 ms (noise n/a)"
+    assert rows._shown(0.25, 0.012) == "  0.2500 ms ( 1.2 %)"
+    assert rows._shown(None, None) == "    none"
+
+
 def test_target_status_says_by_how_much():
     from bench.targets import target_status
 

@@ -43,24 +43,50 @@ def py313_wheels():
         shutil.rmtree(HOUSE, ignore_errors=True)
 
 
-def test_readme_test_command_runs_on_python_3_13(trixie, py313_wheels):
+WHEEL_PART = "=== the extension wheel, built by nox -s wheels in the venv the tests made ==="
+
+
+@pytest.fixture(scope="module")
+def readme_then_wheel(trixie, py313_wheels, tmp_path_factory):
+    """One container (and one install of 3.13's torch, a CUDA build of several GB, fewer than two): the
+    README's test command in a clone, then `nox -s wheels -- cpu --only torch` in the entry venv it made,
+    then that wheel in a clean venv holding only torch, numpy, onnx and onnxscript. Returns the finished
+    process and the folder the wheel was written to."""
+    entry = matrix.entry("cpu")
+    release = entry["torch"]["version"].split("+")[0]
+    pins = [p for p in matrix.pip_pins(entry) if p.split("==")[0] in ("torch", "numpy", "onnx", "onnxscript")]
     readme = (REPO / "README.md").read_text()
     command = next(line for line in readme.splitlines() if line.startswith("python3 -m venv") and "nox -s tests" in line)
-    # the README's command, on a subset of the suite (the rest is this run's job on the host)
-    # a clone as a user has it (git history included: results carry the git sha), build outputs left out
-    script = ("set -e; mkdir /work; cd /src; tar -c --exclude=./build --exclude=./.nox --exclude=./.venv . "
-              "| tar -x -C /work; cd /work; git config --global --add safe.directory /work; python3 --version; "
-              f"{command} -- tests/test_swish.py tests/test_alignment_onnx.py -q -x -m 'not bigmem'")
-    headers = cache_root()
+    out = tmp_path_factory.mktemp("py313-out")
+    out.chmod(0o777)
+    # the README's command, on a subset of the suite (the rest is this run's job on the host), in a clone as a
+    # user has it (git history included: results carry the git sha), build outputs left out; the entry venv
+    # goes before the clean one is made (one torch on disk at a time)
+    script = ("set -e; mkdir /work; cd /src; tar -c --exclude=./build --exclude=./.nox --exclude=./.venv "
+              "--exclude=./dist . | tar -x -C /work; cd /work; git config --global --add safe.directory /work; "
+              f"python3 --version; {command} -- tests/test_swish.py tests/test_alignment_onnx.py -q -x -m 'not bigmem'; "
+              f"echo '{WHEEL_PART}'; "
+              # PyPI's torch for 3.13 is a CUDA build: the entry venv builds the CPU kernels against it
+              ".venv/bin/nox -s wheels -- cpu --only torch --out /out/dist; rm -rf .nox; "
+              f"python3 -m venv /tmp/v; /tmp/v/bin/pip install --quiet {' '.join(pins)} /out/dist/myops_torch-*.whl; "
+              "mkdir /tmp/o; cd /tmp; /tmp/v/bin/python -I /checks/torch_layer1.py /tmp/o; "
+              "/tmp/v/bin/python -I /checks/torch_mismatch.py")
     cmd = ["docker", "run", "--rm", "--network", "none", "-v", f"{REPO}:/src:ro", "-v", f"{py313_wheels}:/wheels:ro",
-           "-v", f"{headers}:/root/.cache/myops-lab/ort-headers:ro", "-e", "PIP_NO_INDEX=1", "-e", "PIP_FIND_LINKS=/wheels",
+           "-v", f"{out}:/out", "-v", f"{cache_root().parent}:/root/.cache/myops-lab:ro",
+           "-v", f"{REPO / 'tests' / 'wheel_checks'}:/checks:ro", "-e", "PIP_NO_INDEX=1", "-e", "PIP_FIND_LINKS=/wheels",
            trixie, "sh", "-c", script]
-    result = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=3000,
+    result = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=3600,
                             env=docker.daemon_env(None))
+    return result, out, release
+
+
+def test_readme_test_command_runs_on_python_3_13(readme_then_wheel):
+    result, _, _ = readme_then_wheel
     out = result.stdout + result.stderr
-    assert result.returncode == 0, out[-4000:]
-    assert "Python 3.13" in out and "on this host's Python 3.13" in out, out[-3000:]
-    assert " passed" in out and " failed" not in out, out[-2000:]
+    readme_part = result.stdout.split(WHEEL_PART)[0]
+    assert WHEEL_PART in result.stdout, out[-4000:]  # set -e: the README's command passed
+    assert "Python 3.13" in readme_part and "on this host's Python 3.13" in readme_part, readme_part[-3000:]
+    assert " passed" in readme_part and " failed" not in readme_part, readme_part[-2000:]
 
 
 def test_a_base_without_the_entry_python_says_what_to_do(trixie):
@@ -82,7 +108,8 @@ def test_a_base_without_the_entry_python_says_what_to_do(trixie):
 
 def test_the_plugin_wheel_runs_every_artifact_on_python_3_13(trixie, py313_wheels, artifacts, tmp_path):
     """The myops-ort wheel (py3-none: one file for every CPython 3) in a clean 3.13 venv holding only the
-    entry's onnxruntime and numpy for 3.13: every artifact against PyTorch's outputs, as on 3.11."""
+    entry's onnxruntime and numpy for 3.13: every artifact against PyTorch's outputs, as on 3.11. Builds its
+    own venv: a clean one is what a user installs the wheel into."""
     from lab import dist
 
     entry = matrix.entry("cpu")
@@ -106,40 +133,15 @@ def test_the_plugin_wheel_runs_every_artifact_on_python_3_13(trixie, py313_wheel
     assert "python3.13/site-packages/myops_ort/" in report["library"], report
 
 
-def test_the_extension_wheel_builds_and_runs_layer1_on_python_3_13(trixie, py313_wheels, tmp_path):
-    """The myops-torch wheel is per interpreter (cp313): `python -m lab.dist cpu --only torch` on 3.13 with
+def test_the_extension_wheel_builds_and_runs_layer1_on_python_3_13(readme_then_wheel):
+    """The myops-torch wheel is per interpreter (cp313): `nox -s wheels -- cpu --only torch` on 3.13 with
     the entry's torch release for 3.13, then the wheel in a clean 3.13 venv holding only torch, numpy, onnx
     and onnxscript: layer 1 and an export, and another torch release refused on import."""
     from lab import dist
 
-    entry = matrix.entry("cpu")
-    release = entry["torch"]["version"].split("+")[0]
-    pins = [p for p in matrix.pip_pins(entry) if p.split("==")[0] in ("torch", "numpy", "onnx", "onnxscript")]
-    out = tmp_path / "out"
-    out.mkdir()
-    out.chmod(0o777)
-    # one torch (a CUDA build of several GB for 3.13) installed at a time: the build venv goes before the check's
-    script = ("set -e; mkdir /work; cd /src; tar -c --exclude=./build --exclude=./.nox --exclude=./.venv "
-              "--exclude=./dist . | tar -x -C /work; cd /work; git config --global --add safe.directory /work; "
-              "python3 --version; python3 -m venv /tmp/build; "
-              f"/tmp/build/bin/pip install --quiet torch=={release} -r requirements/tools.txt "
-              "-r requirements/wheels.txt; "
-              # PyPI's torch for 3.13 is a CUDA build: the CPU kernels are built against it on request
-              "MYOPS_NO_CUDA=1 /tmp/build/bin/python -m lab.dist cpu --only torch --out /out/dist; rm -rf /tmp/build; "
-              "python3 -m venv /tmp/v; "
-              f"/tmp/v/bin/pip install --quiet {' '.join(pins)} /out/dist/myops_torch-*.whl; "
-              "mkdir /tmp/o; cd /tmp; /tmp/v/bin/python -I /checks/torch_layer1.py /tmp/o; "
-              "/tmp/v/bin/python -I /checks/torch_mismatch.py")
-    cache = cache_root().parent
-    cmd = ["docker", "run", "--rm", "--network", "none", "-v", f"{REPO}:/src:ro", "-v", f"{py313_wheels}:/wheels:ro",
-           "-v", f"{out}:/out", "-v", f"{cache}:/root/.cache/myops-lab:ro",
-           "-v", f"{REPO / 'tests' / 'wheel_checks'}:/checks:ro", "-e", "PIP_NO_INDEX=1", "-e", "PIP_FIND_LINKS=/wheels",
-           trixie, "sh", "-c", script]
-    result = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=3000,
-                            env=docker.daemon_env(None))
+    result, out, release = readme_then_wheel
     out_text = result.stdout + result.stderr
     assert result.returncode == 0, out_text[-4000:]
-    assert "Python 3.13" in out_text, out_text[-2000:]
     built = json.loads((out / "dist" / "wheels.json").read_text())["torch"]
     assert built["wheel"].startswith(f"myops_torch-{dist.VERSION}+torch{release}.cpu-cp313-cp313-manylinux_"), built
     layer1, refused = (json.loads(line) for line in result.stdout.splitlines()[-2:])

@@ -265,3 +265,20 @@ def test_an_op_of_several_outputs_names_and_counts_each(monkeypatch):
                             (("X",), ("Y", "Sum", "sum")), (("X",), ()), (("X",), ("Out", "y")), (("In", "x"), ("Y",))):
         with pytest.raises(ValueError, match="distinct names|at least one output"):
             OpSpec("bad", "Bad", inputs, outputs=outputs)
+
+
+def test_verify_only_runs_the_models_it_names_and_refuses_a_pattern_that_names_none(artifacts, plugin_path,
+                                                                                  no_torch_no_onnx):
+    """`verify --only '*-custom-*'`: the models that run the plugin (the arm64 tests verify each CPU path
+    with them under emulation, where each model takes seconds), and nothing else."""
+    models = [m["file"] for m in json.loads((artifacts / "manifest.json").read_text())["models"]]
+    custom = [name for name in models if "-custom-" in name]
+    done = runner("verify", "--artifacts", str(artifacts), "--plugin", str(plugin_path), "--only", "*-custom-*",
+                  shims=no_torch_no_onnx)
+    assert done.returncode == 0 and "all models match" in done.stdout, done.stdout + done.stderr
+    assert f"verify: {len(custom)} of the {len(models)} models (--only *-custom-*)" in done.stdout
+    ran = [line.split()[1] for line in done.stdout.splitlines() if line.startswith("  ok ")]
+    assert sorted(set(ran)) == sorted(custom) and 0 < len(custom) < len(models)
+    none = runner("verify", "--artifacts", str(artifacts), "--plugin", str(plugin_path), "--only", "nothing-*",
+                  shims=no_torch_no_onnx)
+    assert none.returncode == 2 and "no model of" in none.stderr and "matches --only nothing-*" in none.stderr

@@ -186,7 +186,10 @@ def bench_stage(run: Run, setup: Setup, args) -> list[dict]:
 
 
 def _shown(ms, noise) -> str:
-    return "    none" if ms is None else f"{ms:8.4f} ms ({noise * 100:4.1f} %)"
+    """A device time and its noise; a time of too few samples has no noise (None), and says so."""
+    if ms is None:
+        return "    none"
+    return f"{ms:8.4f} ms ({'noise n/a' if noise is None else f'{noise * 100:4.1f} %'})"
 
 
 def stopping_of(args):
