@@ -16,7 +16,7 @@ disk_sampler=$!
 end_stage() {
   [ -n "$stage_name" ] || return 0
   local now; now=$(date +%s)
-  echo "$stage_name,$((now - stage_started)),$(used_gb),$(free_gb)," >>"$STAGES"
+  echo "${stage_name//,/;},$((now - stage_started)),$(used_gb),$(free_gb)," >>"$STAGES"  # a comma would split the row
   echo "-- stage '$stage_name': $((now - stage_started)) s; disk $(used_gb) GB used, $(free_gb) GB free"
   stage_name=""
 }
@@ -51,7 +51,7 @@ concurrently() {
       fi
       local rc=0 took=$(( $(date +%s) - starts[i] ))
       wait "${pids[$i]}" || rc=$?
-      echo "${names[$i]},$took,$(used_gb),$(free_gb),$block" >>"$STAGES"
+      echo "${names[$i]//,/;},$took,$(used_gb),$(free_gb),${block//,/;}" >>"$STAGES"
       echo "   ended: ${names[$i]} after $took s (exit $rc)"
       [ "$rc" -eq 0 ] || failed=1
     done

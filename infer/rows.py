@@ -5,6 +5,7 @@ Torch-free (the infer image writes these rows too). One row per measurement, lon
 from __future__ import annotations
 
 import hashlib
+import math
 import platform
 from pathlib import Path
 
@@ -157,9 +158,15 @@ def derive(rows: list[dict], caches: dict[str, int] | None = None, peak_bytes_pe
     for r in rows:
         mine, copy = rate(r), copies.get(key(r))
         floor = rate(copy) if copy else None
-        r["gb_per_s"] = round(mine / 1e9, 3) if mine else None
-        r["fraction_of_copy"] = round(mine / floor, 3) if mine and floor else None
-        r["fraction_of_peak"] = round(mine / peak_bytes_per_s, 3) if mine and peak_bytes_per_s else None
+        r["gb_per_s"] = _significant(mine / 1e9) if mine else None
+        r["fraction_of_copy"] = _significant(mine / floor) if mine and floor else None
+        r["fraction_of_peak"] = _significant(mine / peak_bytes_per_s) if mine and peak_bytes_per_s else None
+
+
+def _significant(value: float) -> float:
+    """Three decimals, or four significant digits where those are finer: a slow row's small fraction
+    (1e-4 of its copy) stays a number, not 0.0."""
+    return round(value, max(3, 3 - math.floor(math.log10(abs(value)))))
 
 
 def write(results: Path, entry: str, rows: list[dict], samples: list[dict] | None = None) -> Path:

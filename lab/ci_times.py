@@ -51,10 +51,11 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     rows = read_csv(stages)
-    total = sum(int(r["seconds"]) for r in rows)
+    total = sum(int(r["seconds"]) for r in rows if not r.get("block"))  # a block's jobs overlap: the block counts
     print("| stage | minutes | disk used after (GB) |\n|---|---|---|")
     for r in rows:
-        print(f"| {r['stage']} | {int(r['seconds']) / 60:.1f} | {r['disk_used_gb']} |")
+        name = f"&nbsp;&nbsp;job of the block: {r['stage']}" if r.get("block") else r["stage"]
+        print(f"| {name} | {int(r['seconds']) / 60:.1f} | {r['disk_used_gb']} |")
     print(f"| **all** | **{total / 60:.1f}** | |\n")
     times = test_times(junit)
     print(f"pytest: {len(times)} tests, {sum(times.values()) / 60:.1f} test-minutes\n")

@@ -294,8 +294,28 @@ def prepare_context(entry: dict, locks: dict, toolkit_home: Path | None, *, cuda
                 wheel = wheels.find_wheel(wheels.wheelhouse_dir(entry, served_plat), p.name, p.version)
                 if not (root / f"wheels-{kind}" / wheel.name).exists():  # one file both locks pin (packaging)
                     _link_or_copy(wheel, root / f"wheels-{kind}" / wheel.name)
+        _normalise_modes(context)
         contexts[kind] = context
     return contexts, headers.version
+
+
+def _normalise_modes(folder: Path) -> None:
+    """Every file of a build context 0644 (0755 where its owner may run it), every folder 0755: a COPY's
+    cache key holds the modes, so a checkout made with another umask (077: every file 0600) would run
+    every step after its first COPY again, and build other layers. A file hard-linked from the checkout
+    with another mode is copied first: the checkout's own modes stay as they are."""
+    for path in [folder, *folder.rglob("*")]:
+        if path.is_symlink():
+            continue
+        info = path.stat()
+        wanted = 0o755 if path.is_dir() or info.st_mode & 0o100 else 0o644
+        if info.st_mode & 0o7777 == wanted:
+            continue
+        if path.is_file() and info.st_nlink > 1:
+            copy = path.with_name(f".{path.name}.copy")
+            shutil.copy2(path, copy)
+            os.replace(copy, path)
+        path.chmod(wanted)
 
 
 def installed_plugin(entry: dict) -> str:

@@ -26,6 +26,8 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from .files import held
+
 # The pins come from matrix.yaml (entry -> ort_headers); see pin_from_matrix().
 HEADER = "onnxruntime_c_api.h"
 
@@ -85,17 +87,26 @@ def _sha256(path: Path) -> str:
 
 
 def _install_into_cache(found_include: Path, cache_dir: Path) -> Path:
-    """Copy a found include dir into the cache atomically (a half-copied cache is never visible)."""
+    """Copy a found include dir into the cache atomically (a half-copied cache is never visible), one
+    process at a time: one that fetched the same headers meanwhile leaves the other's copy in place (a
+    build may be reading it)."""
     cache_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=cache_dir.parent, prefix=".staging-"))
-    try:
-        shutil.copytree(found_include, staging / "include")
-        if cache_dir.exists():
-            shutil.rmtree(cache_dir)
-        os.replace(staging, cache_dir)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    with held(cache_dir.parent / f".{cache_dir.name}.lock", what=f"filling {cache_dir}", log=lambda m: None):
+        if (cache_dir / "include").is_dir() and _listing(cache_dir / "include") == _listing(found_include):
+            return cache_dir / "include"
+        staging = Path(tempfile.mkdtemp(dir=cache_dir.parent, prefix=".staging-"))
+        try:
+            shutil.copytree(found_include, staging / "include")
+            if cache_dir.exists():
+                shutil.rmtree(cache_dir)
+            os.replace(staging, cache_dir)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
     return cache_dir / "include"
+
+
+def _listing(folder: Path) -> set[str]:
+    return {str(path.relative_to(folder)) for path in folder.rglob("*")}
 
 
 def unreachable(url: str, timeout_s: float) -> str | None:

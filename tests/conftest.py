@@ -80,7 +80,9 @@ def pytest_collection_modifyitems(config, items):
     write_text_atomic(config._tmp_path_factory.getbasetemp().parent / UNITS, json.dumps(units))
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own, which would pick its scheduler by --dist
+# optional: the images and a GPU host run the suite without pytest-xdist; tryfirst: before xdist's own,
+# which would pick its scheduler by --dist
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
 def pytest_xdist_make_scheduler(config, log):
     if config.getvalue("dist") not in ("load", "loadscope"):
         return None  # another --dist asked for by name: xdist's own
@@ -148,14 +150,24 @@ def plugin_path() -> Path:
     return build(log=lambda message: None)
 
 
+def _run_folder(config) -> Path:
+    """A folder every process of this run shares: the workers' base folders' parent under xdist."""
+    base = config._tmp_path_factory.getbasetemp()
+    return base.parent if hasattr(config, "workerinput") else base
+
+
 @pytest.fixture(scope="session")
-def artifacts(ext, tmp_path_factory) -> Path:
-    """The infer side's artifacts (ONNX files, inputs, references) of every model, dynamo at opset 18;
-    read only: a test that damages one copies the folder first."""
+def artifacts(ext, request) -> Path:
+    """The infer side's artifacts (ONNX files, inputs, references) of every model, dynamo at opset 18,
+    written once per run (the first worker to ask writes them, another waits and reads them); read only:
+    a test that damages one copies the folder first."""
+    from lab.files import held
     from ops.artifacts import write
 
-    out = tmp_path_factory.mktemp("artifacts") / "artifacts"
-    write(out, exporters=["dynamo"], opsets=lambda exporter: [18], log=lambda m: None)
+    out = _run_folder(request.config) / "shared-artifacts" / "artifacts"
+    with held(out.parent.parent / ".shared-artifacts.lock", what="writing the artifacts", log=lambda m: None):
+        if not (out / "manifest.json").is_file():  # the manifest is written last
+            write(out, exporters=["dynamo"], opsets=lambda exporter: [18], log=lambda m: None)
     return out
 
 

@@ -101,6 +101,21 @@ def test_every_scheduled_test_exists():
     assert not stale, f"tests/durations.csv lists tests that no longer exist: {stale[:10]}"
 
 
+def test_ci_times_counts_a_block_once_and_its_jobs_not(tmp_path):
+    """The total is the stages' wall time: a block's jobs ran at once, inside the block's minutes."""
+    (tmp_path / "stages.csv").write_text("stage,seconds,disk_used_gb,disk_free_gb,block\n"
+                                         "bases,60,30,70,\nimages,540,40,60,both\ncompile,600,41,59,both\n"
+                                         "both,600,41,59,\ntests,1200,43,57,\n")
+    (tmp_path / "junit.xml").write_text('<testsuites><testsuite><testcase classname="tests.test_a" name="test_one" '
+                                        'time="90"/><testcase classname="tests.test_a" name="test_two[x]@unit" '
+                                        'time="30"/></testsuite></testsuites>')
+    done = subprocess.run([sys.executable, "-m", "lab.ci_times", "--run", str(tmp_path)], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "| **all** | **31.0** |" in done.stdout and "job of the block: compile | 10.0" in done.stdout, done.stdout
+    assert "2 tests, 2.0 test-minutes" in done.stdout and "| tests/test_a.py | 2.0 |" in done.stdout, done.stdout
+
+
 def _run_stages(folder: Path, script: str, budget_minutes: str) -> subprocess.CompletedProcess:
     """.ci/stages.sh's functions, sourced as .ci/run does, in a folder of its own."""
     return subprocess.run(["bash", "-c", f"set -euo pipefail; source {REPO / '.ci' / 'stages.sh'}; {script}"],
@@ -109,18 +124,19 @@ def _run_stages(folder: Path, script: str, budget_minutes: str) -> subprocess.Co
 
 
 def test_ci_records_each_stage_and_block_and_ends_with_its_summary(tmp_path):
-    done = _run_stages(tmp_path, 'stage one; sleep 1; concurrently block "fast job" "echo fast" '
+    done = _run_stages(tmp_path, 'stage one; sleep 1; concurrently "a, block" "fast job" "echo fast" '
                                  '"slow job" "sleep 2; echo slow"; stage two', "45")
     assert done.returncode == 0, done.stdout + done.stderr
     rows = (tmp_path / "build" / "ci" / "stages.csv").read_text().splitlines()
     assert rows[0] == "stage,seconds,disk_used_gb,disk_free_gb,block"
     named = {row.split(",")[0]: row.split(",") for row in rows[1:]}
-    assert set(named) == {"one", "fast job", "slow job", "block", "two"}
-    assert named["slow job"][4] == "block" and int(named["slow job"][1]) >= 2 and named["block"][4] == ""
+    # five columns in every row, whatever the names hold (a comma becomes ';')
+    assert set(named) == {"one", "fast job", "slow job", "a; block", "two"} and {len(r) for r in named.values()} == {5}
+    assert named["slow job"][4] == "a; block" and int(named["slow job"][1]) >= 2 and named["a; block"][4] == ""
     # each job's log shown whole after the block, and one summary line: minutes, slowest stages, peak disk
     assert "---- slow job: its log ----\nslow" in done.stdout
     summary = [line for line in done.stdout.splitlines() if line.startswith("== CI summary: ")]
-    assert len(summary) == 1 and "slowest: block" in summary[0] and "peak disk" in summary[0], done.stdout
+    assert len(summary) == 1 and "slowest: a; block" in summary[0] and "peak disk" in summary[0], done.stdout
     assert "fast job" not in summary[0]  # a block's jobs overlap: the block counts, not its jobs
     assert "BUDGET EXCEEDED" not in done.stdout
 

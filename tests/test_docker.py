@@ -251,8 +251,10 @@ def _contents_digest(tag: str) -> str:
 
 
 def test_two_builds_of_one_commit_hold_the_same_contents(cpu_images, tmp_path):
-    """Builds its own images, from a clone in another folder with umask 077 (every file 0600 in the build
-    context), under a namespace of its own: Docker's image ID changes, the recorded contents do not."""
+    """Builds its own images, from a clone in another folder with umask 077 (every file 0600 in it), under
+    a namespace of its own: the build context's modes are normalised, so every layer comes from Docker's
+    cache but the metadata (the clone has no commit: another revision label); the image ID changes, the
+    recorded contents do not."""
     import os
     import sys
     from pathlib import Path
@@ -269,6 +271,7 @@ def test_two_builds_of_one_commit_hold_the_same_contents(cpu_images, tmp_path):
             if (repo / name).is_file():
                 (clone / name).parent.mkdir(parents=True, exist_ok=True)
                 (clone / name).write_bytes((repo / name).read_bytes())
+                (clone / name).chmod((repo / name).stat().st_mode & 0o700)  # as git would: its owner's bits only
     finally:
         os.umask(old_umask)
     subprocess.run(["git", "init", "--quiet"], cwd=clone, check=True)  # revision() asks git; unknown is fine
@@ -282,5 +285,10 @@ def test_two_builds_of_one_commit_hold_the_same_contents(cpu_images, tmp_path):
         again = cpu_images["infer"].replace("myops-lab/", f"{namespace}/", 1)
         assert docker.image_id(again) not in (None, first_ids["infer"])
         assert _contents_digest(again) == first
+        for kind, tag in cpu_images.items():
+            rebuilt = tag.replace("myops-lab/", f"{namespace}/", 1)
+            changed = [line.split(" ", 1)[1] for line in _layers(rebuilt) if line not in _layers(tag)]
+            assert changed and all(step.startswith("/bin/sh -c #(nop) ") and (" LABEL " in step or " ENV " in step)
+                                   for step in changed), f"{kind}: the umask-077 clone built again {changed}"
     finally:
         _remove_namespace(namespace)

@@ -67,10 +67,15 @@ def test_direct_build_cuda_objects_compile(tmp_path, monkeypatch, in_ci):
     assert {obj.name for obj in jobs} == {f"{op}{suffix}.o" for op in TORCH_OPS for suffix in ("", "_cuda_op")} | \
         {f"kernels_{op}_cuda.o" for op in TORCH_OPS}
     assert link[0] == nvcc and "-ltorch_cuda" in link and str(library) in link
+    # MYOPS_CUDA_OBJECTS_OF=op,...: those ops' objects alone (test_new_op's copy: the scaffolded op's; the
+    # lab's own ops are compiled by this test in the checkout)
+    only = set(filter(None, os.environ.get("MYOPS_CUDA_OBJECTS_OF", "").split(","))) or set(TORCH_OPS)
+    assert only <= set(TORCH_OPS), f"MYOPS_CUDA_OBJECTS_OF names ops the registry lacks: {only - set(TORCH_OPS)}"
+    mine = {f"{op}_cuda_op.o" for op in only} | {f"kernels_{op}_cuda.o" for op in only}
     running = [(obj, subprocess.Popen([*command, f"-I{tmp_path / 'generated'}", "-o", str(obj)],
                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-               for obj, command in jobs.items() if obj.suffix == ".o" and command[0] == nvcc]
-    assert len(running) == 2 * len(TORCH_OPS)
+               for obj, command in jobs.items() if obj.name in mine and command[0] == nvcc]
+    assert len(running) == 2 * len(only)
     for obj, process in running:
         output, _ = process.communicate(timeout=600)
         assert process.returncode == 0, f"{obj.name}:\n{output[-3000:]}"
@@ -201,7 +206,10 @@ def test_bench_and_target_stages_run_on_the_cpu(ext, monkeypatch, host_clock_cud
     assert all(r["device_ms"] > 0 and "spin kernel" in r["timing_method"] and r["tf32"].startswith("off")
                for r in measured)
     # Warm and cold device times, each with its noise; no peak bandwidth off the GPU.
-    assert all(r["device_cold_ms"] > 0 and r["device_noise"] >= 0 and r["device_cold_noise"] >= 0 for r in measured)
+    # (a row that reached the time cap with one sample, as on a loaded host, has no noise: None)
+    noises = [r[column] for r in measured for column in ("device_noise", "device_cold_noise")]
+    assert all(r["device_cold_ms"] > 0 for r in measured) and all(n is None or n >= 0 for n in noises)
+    assert any(n is not None for n in noises), noises
     assert all("cold: one call" in r["timing_method"] and r["fraction_of_peak"] is None for r in measured)
     assert measured[0]["peak_mb"] == 1.0 and measured[0]["memory_method"].startswith("torch.cuda.max_memory_allocated")
     with run.stage("targets"):

@@ -26,10 +26,10 @@ def _env() -> dict:
     return env
 
 
-def _run(copy: Path, *args, timeout=1200) -> subprocess.CompletedProcess:
+def _run(copy: Path, *args, timeout=1200, **env) -> subprocess.CompletedProcess:
     # no terminal: the scaffold would otherwise ask for --native under `pytest -s`
-    return subprocess.run([sys.executable, *args], cwd=copy, env=_env(), capture_output=True, text=True, timeout=timeout,
-                          stdin=subprocess.DEVNULL)
+    return subprocess.run([sys.executable, *args], cwd=copy, env={**_env(), **env}, capture_output=True, text=True,
+                          timeout=timeout, stdin=subprocess.DEVNULL)
 
 
 @pytest.mark.parametrize("name,message", [
@@ -317,7 +317,7 @@ def test_a_scaffolded_op_builds_and_passes_its_generated_tests(tmp_path, in_ci, 
     cuda_plugin = _run(copy, "-m", "ort_plugin.build", "--cuda", "ON", "--cuda-architectures", "90-real")
     assert cuda_plugin.returncode == 0, cuda_plugin.stdout[-3000:] + cuda_plugin.stderr[-3000:]
     cuda_extension = _run(copy, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                          "tests/test_gpu_check.py::test_direct_build_cuda_objects_compile")
+                          "tests/test_gpu_check.py::test_direct_build_cuda_objects_compile", MYOPS_CUDA_OBJECTS_OF=NAME)
     assert cuda_extension.returncode == 0 and " passed" in cuda_extension.stdout, cuda_extension.stdout[-4000:]
 
 
