@@ -96,7 +96,7 @@ def torch_cuda_build(version: str) -> Build | None:
 
 
 # The lab's Python side registers its fake kernel and autograd with torch.library.register_fake and
-# register_autograd (new in torch 2.4, torch/library.py at v2.4.0); ops/swish.py falls back to 2.3's
+# register_autograd (new in torch 2.4, torch/library.py at v2.4.0); ops/autograd.py falls back to 2.3's
 # impl_abstract and an Autograd-key kernel. torch 2.3 is also the first with numpy 2 support.
 TORCH_FLOOR = Version("2.3")
 

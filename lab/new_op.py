@@ -495,9 +495,9 @@ def elementwise_values(name: str, inputs: tuple[str, ...], outputs: tuple[str, .
             f'\n        torch._check({g}.shape == x.shape, lambda: f"myops::{name}_backward: {g} shape {{{g}.shape}} != x '
             f'shape {{x.shape}}")' for g in out_grads[1:]),
         "py_fake_checks": "".join(
-            f'\n        torch._check({i}.shape == x.shape and {i}.dtype == x.dtype,'
-            f'\n                     lambda: f"myops::{name}: {i} ({{{i}.dtype}}, {{{i}.shape}}) must have x\'s dtype and shape "'
-            f'\n                             f"({{x.dtype}}, {{x.shape}})")'
+            f'\n        torch._check({i}.shape == x.shape and {i}.dtype == x.dtype and {i}.device == x.device,'
+            f'\n                     lambda: f"myops::{name}: {i} ({{{i}.dtype}}, {{{i}.shape}}, {{{i}.device}}) must have x\'s "'
+            f'\n                             f"dtype, shape and device ({{x.dtype}}, {{x.shape}}, {{x.device}})")'
             for i in others),
         "py_fake_grads": (f"tuple(torch.empty_like(t, memory_format=torch.contiguous_format) for t in ({', '.join(inputs)}))"
                           if many else "torch.empty_like(x, memory_format=torch.contiguous_format)"),
@@ -549,8 +549,12 @@ def test_inputs_of_another_shape_are_refused_with_a_message(ext, plugin_path, tm
 
     inputs = list(_inputs((2, 3, 768)))
     inputs[-1] = inputs[-1][:, :1]
-    with pytest.raises(RuntimeError, match="must have x's dtype and shape"):
+    with pytest.raises(RuntimeError, match="must have x's dtype, shape and device"):
         OP.function(*inputs)
+    elsewhere = list(_inputs((2, 3, 8)))  # the fake kernel runs for a meta input: it checks the device
+    elsewhere[-1] = elsewhere[-1].to("meta")
+    with pytest.raises(RuntimeError, match="must have x's dtype, shape and device"):
+        OP.function(*elsewhere)
     path = E.export(OP.name, exporter=E.available_exporters()[0], lowering="custom", opset=18,
                     path=tmp_path / "c.onnx").path
     with pytest.raises(Exception, match="must have X's shape"):

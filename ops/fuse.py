@@ -208,7 +208,6 @@ class FuseResult:
 def fuse(source: str | os.PathLike, target: str | os.PathLike, *, plugin: str | None = None, ops: list[str] | None = None,
          int_high: int = 32, extra_rules: list | None = None, log=print) -> FuseResult:
     """Rewrite `source` into `target`, prove it, then move it into place; FuseError (nothing written) else."""
-    import onnx
     import onnx_ir as ir
 
     source, target = Path(source), Path(target)
@@ -220,9 +219,13 @@ def fuse(source: str | os.PathLike, target: str | os.PathLike, *, plugin: str | 
         model = ir.load(source)
     except Exception as exc:  # onnx's and onnx_ir's own parse errors
         raise FuseError(f"{source} is not an ONNX model onnx_ir can read: {str(exc).splitlines()[0]}") from None
-    if any(isinstance(value.const_value, ir.ExternalTensor) for value in model.graph.initializers.values()):
-        raise FuseError(f"{source} keeps its weights in external data files (a model over 2 GB): fuse rewrites "
-                        "self-contained files only for now")
+    external = any(isinstance(value.const_value, ir.ExternalTensor) for value in model.graph.initializers.values())
+    if external:  # what ORT refuses (a data file missing, or outside the model's folder), refused first
+        from ort_plugin.onnx_file import external_data_problems, read_model
+
+        problems, _ = external_data_problems(source, read_model(source))
+        if problems:
+            raise FuseError("; ".join(problems))
     before = node_types(model)
     report = FuseReport()
     count = rewrite(model, report, ops, extra_rules)
@@ -231,17 +234,50 @@ def fuse(source: str | os.PathLike, target: str | os.PathLike, *, plugin: str | 
         log(f"[fuse] {line}")
     if not count:
         raise FuseError("nothing to replace: " + "; ".join(report.lines()))
-    proto = ir.serde.serialize_model(model)
-    try:
-        onnx.checker.check_model(proto)
-    except onnx.checker.ValidationError as exc:
-        raise FuseError(f"the rewritten model fails onnx.checker: {str(exc).splitlines()[0]}") from None
-    data = proto.SerializeToString()
-    proof = prove(str(source), data, plugin, int_high=int_high)
+    if external:
+        proof = _write_with_external_data(model, source, target, plugin, int_high)
+    else:
+        proto = ir.serde.serialize_model(model)
+        _check(proto)
+        data = proto.SerializeToString()
+        proof = prove(str(source), data, plugin, int_high=int_high)
+        write_text_atomic(target, data)
     for line in proof:
         log(f"[fuse] {line}")
-    write_text_atomic(target, data)
     return FuseResult(target, report, before, after, proof)
+
+
+def _check(model) -> None:
+    import onnx
+
+    try:
+        onnx.checker.check_model(model)
+    except onnx.checker.ValidationError as exc:
+        raise FuseError(f"the rewritten model fails onnx.checker: {str(exc).splitlines()[0]}") from None
+
+
+def _write_with_external_data(model, source: Path, target: Path, plugin: str | None, int_high: int) -> list[str]:
+    """As the input was written: the weights in OUT.onnx.data beside OUT.onnx. Both are written in a
+    folder of their own beside the target, proven there, then moved into place (the data file first);
+    a failure or an interrupt leaves neither."""
+    import shutil
+    import tempfile
+
+    import onnx_ir as ir
+
+    data_name = f"{target.name}.data"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}-"))
+    try:
+        ir.save(model, staging / target.name, external_data=data_name)
+        _check(str(staging / target.name))  # a path: its data file is read beside it
+        proof = prove(str(source), str(staging / target.name), plugin, int_high=int_high)
+        if (staging / data_name).exists():
+            os.replace(staging / data_name, target.parent / data_name)
+        os.replace(staging / target.name, target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return proof
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,6 +8,7 @@ import torch
 
 from opspec import OPS
 
+from . import autograd
 from .declaration import TorchOp
 
 _registered = False
@@ -51,35 +52,10 @@ def register_python_parts() -> None:
         torch._check(grad.shape == x.shape, lambda: f"myops::swish_backward: grad shape {grad.shape} != x shape {x.shape}")
         return torch.empty_like(x, memory_format=torch.contiguous_format)
 
-    if hasattr(torch.library, "register_autograd"):
-        torch.library.register_autograd("myops::swish", _backward, setup_context=_setup_context)
-    else:
-        _register_autograd_before_2_4()
+    autograd.register("myops::swish", _backward, _setup_context)
+    # a second derivative: the backward op's own, from the composite's (ops/autograd.py)
+    autograd.differentiable_backward("myops::swish_backward", reference, grads=1, tensors=1)
     _registered = True
-
-
-class _SwishFunction(torch.autograd.Function):
-    """What register_autograd builds, spelled out for torch 2.3: the op below the Autograd key."""
-
-    @staticmethod
-    def forward(ctx, x, beta):
-        with torch._C._AutoDispatchBelowAutograd():
-            y = torch.ops.myops.swish(x, beta)
-        _setup_context(ctx, (x, beta), y)
-        return y
-
-    @staticmethod
-    def backward(ctx, grad):
-        return _backward(ctx, grad)
-
-
-_autograd_library = None
-
-
-def _register_autograd_before_2_4() -> None:
-    global _autograd_library
-    _autograd_library = torch.library.Library("myops", "IMPL")  # kept alive: dropping it unregisters
-    _autograd_library.impl("swish", lambda x, beta=1.0: _SwishFunction.apply(x, beta), "Autograd")
 
 
 class SwishFFN(torch.nn.Module):

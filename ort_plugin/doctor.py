@@ -23,7 +23,7 @@ from opspec import probe_input_names, probe_output_names
 from .diagnose import Finding, custom_nodes, diagnose_model
 from .library_info import LibraryInfo, covers, read_library
 from .loader import PluginError, check_library, default_library
-from .onnx_file import ModelFileError, one_node_model, read_model
+from .onnx_file import ModelFileError, external_data_problems, one_node_model, read_model
 
 MARKS = {"ok": "ok  ", "info": "    ", "warn": "WARN", "fail": "FAIL"}
 FORBIDDEN_NEEDED = ("libtorch", "libc10", "libonnxruntime")
@@ -145,12 +145,38 @@ def model_section(path: Path, info: LibraryInfo | None) -> list[Finding]:
     opsets = ", ".join(f"{d or 'ai.onnx'} {v}" for d, v in sorted(summary.opset_imports.items()))
     findings = [Finding("info", "model", f"{path} (sha256 {hashlib.sha256(Path(path).read_bytes()).hexdigest()})"),
                 Finding("info", "opset imports", f"{opsets} (IR version {summary.ir_version})")]
+    problems, data_files = external_data_problems(path, summary)
+    findings.extend(Finding("fail", "external data", problem, "put the data file beside the model, as it was "
+                            "exported (or export again)") for problem in problems)
+    if data_files:
+        findings.append(Finding("ok", "external data", f"{len(summary.external_data)} weights in "
+                                f"{', '.join(f.name for f in data_files)}, beside the model"))
     findings.extend(diagnose_model(summary, info))
     if not custom_nodes(summary):
         findings.append(Finding("info", "custom ops", "none: the model runs on onnxruntime's built-in ops alone"))
     if not any(f.subject.startswith("input") for f in findings):
         findings.append(Finding("info", "inputs", "none: the model takes no inputs"))
+    if not any(f.level == "fail" for f in findings):
+        findings.append(_loads(path, info))
     return findings
+
+
+def _loads(path: Path, info: LibraryInfo | None) -> Finding:
+    """A doctor that has not loaded the model has not checked it: a session opens, or ORT's reason."""
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        return Finding("warn", "loads in onnxruntime", "not tried: onnxruntime cannot be imported")
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # loading is the question
+    if info is not None:
+        options.register_custom_ops_library(str(info.path))
+    try:
+        ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    except Exception as exc:  # ORT's own reasons: a bad graph, a type it cannot serve, unreadable weights
+        return Finding("fail", "loads in onnxruntime", str(exc).strip().splitlines()[0][:500],
+                       "the model as written does not load: fix what onnxruntime names")
+    return Finding("ok", "loads in onnxruntime", "a CPU session opens" + (" with the plugin" if info else ""))
 
 
 def report(sections: list[tuple[str, list[Finding]]], *, as_json: bool = False, out=sys.stdout) -> int:

@@ -22,7 +22,8 @@ OPSET_DOMAIN, OPSET_VERSION = 1, 2
 GRAPH_NODE, GRAPH_INITIALIZER, GRAPH_INPUT, GRAPH_OUTPUT = 1, 5, 11, 12
 NODE_INPUT, NODE_OUTPUT, NODE_NAME, NODE_OP_TYPE, NODE_ATTRIBUTE, NODE_DOMAIN = 1, 2, 3, 4, 5, 7
 ATTR_NAME, ATTR_GRAPH, ATTR_GRAPHS, ATTR_TYPE = 1, 6, 11, 20
-TENSOR_NAME = 8
+TENSOR_NAME, TENSOR_EXTERNAL_DATA, TENSOR_DATA_LOCATION, DATA_EXTERNAL = 8, 13, 14, 1
+ENTRY_KEY, ENTRY_VALUE = 1, 2
 VALUE_NAME, VALUE_TYPE = 1, 2
 TYPE_TENSOR, TENSOR_ELEM_TYPE, TENSOR_SHAPE, SHAPE_DIM, DIM_VALUE, DIM_PARAM = 1, 1, 2, 1, 1, 2
 FUNCTION_NAME, FUNCTION_NODE, FUNCTION_DOMAIN = 1, 7, 10
@@ -64,6 +65,7 @@ class ModelSummary:
     nodes: list[Node] = field(default_factory=list)
     inputs: list[GraphInput] = field(default_factory=list)
     local_functions: set[tuple[str, str]] = field(default_factory=set)
+    external_data: dict[str, str] = field(default_factory=dict)  # initializer -> its data file, as written
 
 
 # ---------------------------------------------------------------- wire format
@@ -162,6 +164,39 @@ def _node(buf: memoryview, where: str, summary: ModelSummary) -> None:
     summary.nodes.append(Node(domain, op_type, name, tuple(inputs), where))
 
 
+def _initializer(buf: memoryview) -> tuple[str, str | None]:
+    """Its name, and where its data is when that is in another file (data_location EXTERNAL)."""
+    name, entries, external = "", {}, False
+    for number, _, value in _fields(buf):
+        if number == TENSOR_NAME:
+            name = _text(value)
+        elif number == TENSOR_EXTERNAL_DATA:
+            entry = {n: _text(v) for n, _, v in _fields(value)}
+            entries[entry.get(ENTRY_KEY, "")] = entry.get(ENTRY_VALUE, "")
+        elif number == TENSOR_DATA_LOCATION:
+            external = value == DATA_EXTERNAL
+    return name, entries.get("location", "") if external else None
+
+
+def external_data_problems(path: str | os.PathLike, summary: ModelSummary) -> tuple[list[str], list[Path]]:
+    """What onnxruntime would refuse in the model's external data (a file missing, or one outside the
+    model's folder, which ORT does not read), and the data files that are fine."""
+    folder = Path(path).resolve().parent
+    problems, files = [], []
+    for location in sorted(set(summary.external_data.values())):
+        named = sorted(n for n, where in summary.external_data.items() if where == location)
+        target = (folder / location).resolve()
+        if not location or Path(location).is_absolute() or not target.is_relative_to(folder):
+            problems.append(f"external data {location!r} (of {named[0]}{' and others' if len(named) > 1 else ''}) "
+                            f"is outside the model's folder {folder}: onnxruntime refuses it")
+        elif not target.is_file():
+            problems.append(f"external data file {location!r} (of {named[0]}{' and others' if len(named) > 1 else ''}) "
+                            f"is missing from {folder}")
+        else:
+            files.append(target)
+    return problems, files
+
+
 def _graph(buf: memoryview, where: str, summary: ModelSummary, *, top: bool) -> None:
     initializers, inputs = set(), []
     for number, _, value in _fields(buf):
@@ -170,7 +205,10 @@ def _graph(buf: memoryview, where: str, summary: ModelSummary, *, top: bool) -> 
         elif top and number == GRAPH_INPUT:
             inputs.append(_value_info(value))
         elif top and number == GRAPH_INITIALIZER:
-            initializers.update(_text(v) for n, _, v in _fields(value) if n == TENSOR_NAME)
+            name, location = _initializer(value)
+            initializers.add(name)
+            if location is not None:
+                summary.external_data[name] = location
     if top:  # before IR 4, weights were listed as inputs too: they are not what a caller feeds
         summary.inputs = [i for i in inputs if i.name not in initializers]
 

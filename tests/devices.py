@@ -44,3 +44,15 @@ def assert_close(got: torch.Tensor, want: torch.Tensor, tol: dict, what: str = "
         f"{what}: got {got.dtype} {list(got.shape)} on {got.device}, expected {want.dtype} {list(want.shape)} "
         f"on {want.device}")
     torch.testing.assert_close(got.double(), want.double(), equal_nan=True, msg=lambda m: f"{what}: {m}", **tol)
+
+
+def hessian_vector_products(function, inputs: list[torch.Tensor], seed: int = 0) -> tuple[torch.Tensor, ...]:
+    """d/d(inputs) of <d(<y, u>)/d(inputs), v> for fixed random u and v: what a gradient penalty or a
+    Hessian-vector product asks of the op's backward (create_graph=True)."""
+    generator = torch.Generator().manual_seed(seed)
+    leaves = [t.detach().requires_grad_(True) for t in inputs]
+    y = function(*leaves)
+    u = torch.randn(y.shape, generator=generator, dtype=torch.float64).to(y)
+    firsts = torch.autograd.grad(y, leaves, u, create_graph=True)
+    vs = [torch.randn(t.shape, generator=generator, dtype=torch.float64).to(t) for t in leaves]
+    return torch.autograd.grad(firsts, leaves, vs)

@@ -263,3 +263,64 @@ def test_plugin_built_for_a_newer_c_api_than_the_runtime(plugin_path):
     problem = next(f for f in findings if f.subject == "C API version")
     assert problem.level == "fail" and "serves up to 20" in problem.message and "upgrade onnxruntime" in problem.fix
     assert report([("plugin", findings)], out=open("/dev/null", "w")) == 1
+
+
+# ---------------------------------------------------------------- a model's external data
+
+def _with_external_data(folder: Path) -> Path:
+    """swish_graph with its two weights in model.onnx.data beside it (as a plain dynamo export writes)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    model = swish_graph(with_neighbours=True)
+    for tensor in model.graph.initializer:  # raw bytes: what onnx moves to a data file
+        tensor.CopyFrom(onnx.numpy_helper.from_array(onnx.numpy_helper.to_array(tensor), tensor.name))
+    onnx.save_model(model, folder / "model.onnx", save_as_external_data=True,
+                    all_tensors_to_one_file=True, location="model.onnx.data", size_threshold=0)
+    return folder / "model.onnx"
+
+
+def _relocated(model_path: Path, location: str) -> None:
+    model = onnx.load(str(model_path), load_external_data=False)
+    for tensor in model.graph.initializer:
+        for entry in tensor.external_data:
+            if entry.key == "location":
+                entry.value = location
+    model_path.write_bytes(model.SerializeToString())
+
+
+@pytest.mark.parametrize("damage,message", [
+    (None, "2 weights in model.onnx.data, beside the model"),
+    ("missing", "external data file 'model.onnx.data' (of one and others) is missing from"),
+    ("escapes", "external data '../model.onnx.data' (of one and others) is outside the model's folder"),
+])
+def test_doctor_checks_external_data_and_loads_the_model(plugin_path, tmp_path, damage, message):
+    """ORT refuses a model whose data file is missing or outside its folder: so does the doctor, which
+    says which file; a whole model is loaded before the doctor calls it green."""
+    path = _with_external_data(tmp_path / "model")
+    if damage == "missing":
+        (path.parent / "model.onnx.data").unlink()
+    elif damage == "escapes":
+        (path.parent / "model.onnx.data").rename(tmp_path / "model.onnx.data")
+        _relocated(path, "../model.onnx.data")
+    result = subprocess.run([sys.executable, "-m", "ort_plugin.doctor", "--plugin", str(plugin_path), str(path)],
+                            capture_output=True, text=True, cwd=REPO, timeout=300)
+    out = result.stdout + result.stderr
+    assert message in out, out
+    if damage is None:
+        assert result.returncode == 0 and "ok    loads in onnxruntime: a CPU session opens with the plugin" in out, out
+    else:
+        assert result.returncode == 1 and "FAIL  external data" in out and "loads in onnxruntime" not in out, out
+
+
+def test_doctor_fails_a_model_onnxruntime_cannot_load(plugin_path, tmp_path):
+    """Every check the doctor reads off the file passes, and ORT still refuses it (an Add of float and
+    int64): the verdict is ORT's, with its reason."""
+    from onnx import helper
+
+    graph = helper.make_graph([helper.make_node("Add", ["x", "k"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+                              initializer=[helper.make_tensor("k", TensorProto.INT64, [2], [1, 2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 9
+    code, out = _doctor_model(tmp_path, plugin_path, model)
+    assert code == 1 and "FAIL  loads in onnxruntime:" in out and "doctor: 1 problem(s)" in out, out

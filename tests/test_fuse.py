@@ -199,3 +199,56 @@ def test_inputs_that_may_broadcast_are_told_from_ones_that_cannot():
     assert _may_broadcast((batch, seq, 768), (1, 1, 768))
     assert _may_broadcast((2, 3, 768), (2, 3, 64))
     assert not _may_broadcast((batch, seq, 768), (ir.SymbolicDim("n"), seq, 768))  # unknown: the proof decides
+
+
+def _plain_export(tmp_path: Path) -> Path:
+    """A user's model exported with nothing but torch.onnx.export(model, args, path): with the pinned
+    torch that is the dynamo exporter, which writes the weights to model.onnx.data beside the file."""
+    import torch
+
+    class TeamActivation(torch.nn.Module):
+        def forward(self, x):
+            return x * torch.sigmoid(1.3 * x)
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 256), TeamActivation(), torch.nn.Linear(256, 64)).eval()
+    path = tmp_path / "user" / "model.onnx"
+    path.parent.mkdir()
+    torch.onnx.export(model, (torch.randn(2, 8, 64),), str(path))
+    return path
+
+
+def test_a_plain_export_with_external_data_is_fused_and_benched(ext, plugin_path, tmp_path):
+    """fuse reads the weights beside the model and writes its own the same way (OUT.onnx.data), proven
+    in ORT; the runner measures both files; a data file outside the model's folder is refused, as ORT does."""
+    import os
+    import subprocess
+    import sys
+
+    source = _plain_export(tmp_path)
+    if not (source.parent / "model.onnx.data").exists():
+        pytest.skip("this torch's plain export keeps the weights in the file: nothing external to read")
+    out = tmp_path / "fused" / "model.fused.onnx"
+    done = subprocess.run([sys.executable, "-m", "ops.fuse", str(source), str(out), "--plugin", str(plugin_path)],
+                          capture_output=True, text=True, cwd=Path(__file__).parent.parent, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert sorted(p.name for p in out.parent.iterdir()) == ["model.fused.onnx", "model.fused.onnx.data"]
+    written = onnx.load(str(out))  # the weights read back through the data file's reference
+    swish = [n for n in written.graph.node if n.op_type == "Swish"]
+    assert len(swish) == 1 and abs(swish[0].attribute[0].f - 1.3) < 1e-6, written.graph.node
+    assert any(t.data_location == TensorProto.EXTERNAL for t in onnx.load(str(out), load_external_data=False).graph.initializer)
+    done = subprocess.run([sys.executable, "-m", "infer.runner", "bench", "--model", str(source), str(out), "--shape",
+                           "2x8", "--rounds", "1", "--runs", "3", "--warmup", "1", "--threads", "1", "--plugin",
+                           str(plugin_path), "--out", str(tmp_path / "results")], capture_output=True, text=True,
+                          cwd=Path(__file__).parent.parent, env={**os.environ, "MYOPS_MATRIX_ENTRY": "cpu"}, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    # The data file moved out of the model's folder and the reference pointed at it: refused, nothing written.
+    moved = onnx.load(str(source), load_external_data=False)
+    for tensor in moved.graph.initializer:
+        for entry in tensor.external_data:
+            entry.value = "../model.onnx.data" if entry.key == "location" else entry.value
+    source.write_bytes(moved.SerializeToString())
+    (source.parent / "model.onnx.data").rename(tmp_path / "model.onnx.data")
+    with pytest.raises(FuseError, match="outside the model's folder"):
+        fuse(source, tmp_path / "refused" / "x.onnx", plugin=str(plugin_path), log=quiet)
+    assert not (tmp_path / "refused").exists() or not any((tmp_path / "refused").iterdir())

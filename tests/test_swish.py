@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from bench.gpu.plugin import EDGE_VALUES  # the plugin's CUDA check uses the same edge values
-from devices import CUDA_DTYPES, CUDA_MARKS, DEVICE_DTYPES, DEVICES, assert_close, tolerance
+from devices import CUDA_DTYPES, CUDA_MARKS, DEVICE_DTYPES, DEVICES, assert_close, hessian_vector_products, tolerance
 from ops.registry import OPS
 
 OP = OPS["swish"]
@@ -217,6 +217,27 @@ def test_gradcheck_float64(ext):
         assert torch.autograd.gradcheck(lambda t: ext.swish(t, beta), (x,))
 
 
+def test_second_derivatives_pass_gradgradcheck_in_float64(ext):
+    """create_graph=True differentiates myops::swish_backward: it has autograd of its own (the composite's
+    second derivative), so no "autograd kernel was not registered" warning and no wrong number."""
+    import warnings
+
+    x = torch.randn(3, 11, dtype=torch.float64, requires_grad=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for beta in BETAS:
+            assert torch.autograd.gradgradcheck(lambda t: ext.swish(t, beta), (x,))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_hessian_vector_product_is_the_composites(ext, device):
+    """On every device in float32 (CUDA's kernels have no float64), against the composite's in float64."""
+    x = (torch.randn(4, 33, generator=torch.Generator().manual_seed(3)) * 3).to(device)
+    got = hessian_vector_products(lambda t: ext.swish(t, 1.702), [x])
+    want = hessian_vector_products(lambda t: OP.reference(t, 1.702), [x.double()])
+    assert_close(got[0], want[0].float(), {"rtol": 1e-4, "atol": 1e-5}, f"Hessian-vector product on {device}")
+
+
 def test_beta_gets_no_gradient(ext):
     # beta is a float attribute (as in ONNX); only x receives a gradient.
     schema = str(torch.ops.myops.swish.default._schema)
@@ -284,15 +305,22 @@ if not hasattr(torch.library, "impl_abstract"):
     sys.exit(77)
 # What torch 2.3 lacks. (Its impl_abstract, which ops/swish.py uses for the fake kernel there, is
 # register_fake under its old name; from 2.4 it calls register_fake, so that one stays.)
+kept = torch.library.register_autograd
 del torch.library.register_autograd
 import ops
 ops.load()
+torch.library.register_autograd = kept  # the ops are registered; torch's own modules (gradgradcheck's) need it
 x = torch.randn(257, dtype=torch.float64, requires_grad=True)
 assert torch.autograd.gradcheck(lambda t: torch.ops.myops.swish(t, 1.3), (x,))
 ref = x.detach().clone().requires_grad_(True)
 (ref * torch.sigmoid(1.3 * ref)).sum().backward()
 torch.ops.myops.swish(x, 1.3).sum().backward()
-assert torch.allclose(x.grad, ref.grad, rtol=1e-12, atol=1e-12)  # (assert_close imports modules that need register_autograd)
+assert torch.allclose(x.grad, ref.grad, rtol=1e-12, atol=1e-12)
+assert torch.autograd.gradgradcheck(lambda t: torch.ops.myops.swish(t, 1.3), (x,))  # the backward op's autograd
+w = torch.randn(257, dtype=torch.float64, requires_grad=True)  # and RMSNorm's two outputs' autograd
+assert torch.autograd.gradgradcheck(lambda a, b: torch.ops.myops.rms_norm(a, b, 1e-3), (x.view(1, 257), w))
+y = torch.ops.myops.swish(x)  # beta left at its default
+assert torch.allclose(y, x * torch.sigmoid(x)) and y.requires_grad
 with torch.device("meta"):
     assert torch.ops.myops.swish(torch.empty(3, 4), 1.0).shape == (3, 4)
 print("torch 2.3 fallback: autograd and fake kernel work")
