@@ -26,9 +26,17 @@ class Refused(Exception):
     message is the reason, which ops.apply reports."""
 
 
-# bind(module) -> (the op's weights after X, taken from the module: its own Parameters; its attributes
-# by ONNX or torch name), or raises Refused. See ops.patch.
+# bind(module) -> (the op's weights after X, taken from the module: its own Parameters, or Offset(p, c)
+# for one it uses as p + c; its attributes by ONNX or torch name), or raises Refused. See ops.patch.
 Bind = Callable[[torch.nn.Module], tuple[tuple, dict]]
+
+
+@dataclass(frozen=True)
+class Offset:
+    """A weight the module uses as `parameter + offset` (Gemma's RMSNorm scales by 1 + weight): the
+    swapped module keeps the parameter and adds the offset in its forward, so training stays right."""
+    parameter: torch.Tensor
+    offset: float
 
 
 @dataclass(frozen=True)

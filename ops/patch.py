@@ -20,7 +20,7 @@ from typing import Callable, Iterable
 
 import torch
 
-from .declaration import Refused, TorchOp
+from .declaration import Offset, Refused, TorchOp
 from .registry import OPS
 
 
@@ -41,7 +41,9 @@ class Fused(torch.nn.Module):
         self.op_name = op.name
         self.replaced = replaced
         self.attributes = op.attributes(**attributes)
+        self.offsets = {name: value.offset for name, value in zip(op.weights, weights) if isinstance(value, Offset)}
         for name, value in zip(op.weights, weights, strict=True):
+            value = value.parameter if isinstance(value, Offset) else value
             if isinstance(value, torch.nn.Parameter):
                 self.register_parameter(name, value)
             else:  # a module without its own weight (nn.RMSNorm without affine): ones, not in the state dict
@@ -52,10 +54,13 @@ class Fused(torch.nn.Module):
         weights = [getattr(self, name) for name in op.weights]
         # a weight the original did not have (ones) follows the input, as the original's math would
         weights = [w if isinstance(w, torch.nn.Parameter) else w.to(x.device, x.dtype) for w in weights]
+        # an offset weight (1 + weight) is computed here, in the graph: its gradient reaches the parameter
+        weights = [w + self.offsets[name] if name in self.offsets else w for name, w in zip(op.weights, weights)]
         return op.function(x, *others, *weights, *self.attributes.values())
 
     def extra_repr(self) -> str:
-        attributes = ", ".join(f"{k}={v:g}" for k, v in self.attributes.items())
+        attributes = ", ".join([*(f"{k}={v:g}" for k, v in self.attributes.items()),
+                                *(f"{name}: {offset:g} + {name}" for name, offset in self.offsets.items())])
         return f"myops::{self.op_name} in place of {self.replaced}" + (f", {attributes}" if attributes else "")
 
 
@@ -108,6 +113,10 @@ class Patch:
         if self.left_alone:
             lines.append(f"left alone {len(self.left_alone)}:")
             lines += [f"  {item.path}: {item.replaced}: {item.reason}" for item in self.left_alone]
+        if not self.swapped and not self.left_alone:
+            lines.append(f"  no module is of a class an op declares ({', '.join(f'myops::{n}' for n in OPS)}), and "
+                         "none is named like one: for a class of your own that computes an op, pass "
+                         "declare={YourClass: (op, {attribute: value})} to ops.apply")
         return "\n".join(lines)
 
 
@@ -127,15 +136,59 @@ def _function_path(value) -> str | None:
     return None
 
 
-def apply(model: torch.nn.Module, ops: Iterable[str] | None = None) -> Patch:
+def _declared_by_user(cls: type, op: TorchOp, attributes: dict) -> Callable:
+    """bind() of a class the user declares: the op's weights are the module's attributes of their names,
+    an attribute given as a string is the module's attribute of that name; before the swap, the module
+    is run against the op's reference on random inputs, and refused where they differ."""
+    def bind(module: torch.nn.Module) -> tuple[tuple, dict]:
+        if len(op.spec.graph_inputs) > 1:
+            raise Refused(f"myops::{op.name} takes {len(op.spec.graph_inputs)} inputs: declare={{...}} swaps one-input "
+                          "modules only")
+        weights = []
+        for name in op.weights:
+            weight = getattr(module, name, None)
+            if not isinstance(weight, torch.Tensor) or weight.dim() != 1:
+                raise Refused(f"declared as myops::{op.name}, but its {name!r} is "
+                              f"{None if weight is None else list(weight.shape)}, not one value per channel")
+            weights.append(weight)
+        values = {key: getattr(module, value) if isinstance(value, str) else value for key, value in attributes.items()}
+        hidden = weights[0].shape[0] if weights else 64
+        dtype = weights[0].dtype if weights else torch.float32
+        x = 3 * torch.randn(2, 5, hidden, generator=torch.Generator().manual_seed(0), dtype=dtype)
+        try:
+            with torch.no_grad():
+                mine = module(x)
+                want = op.reference(x, *weights, *op.attributes(**values).values())
+        except Exception as exc:  # the user's forward, or the reference, refusing these inputs
+            raise Refused(f"declared as myops::{op.name}, but checking it on random inputs raised: {exc}") from None
+        if not isinstance(mine, torch.Tensor) or mine.shape != want.shape or not torch.allclose(mine, want, rtol=1e-4,
+                                                                                              atol=1e-5):
+            worst = float((mine - want).abs().max()) if isinstance(mine, torch.Tensor) and mine.shape == want.shape \
+                else float("nan")
+            raise Refused(f"declared as myops::{op.name} {op.attributes(**values)}, but on random inputs its forward "
+                          f"differs from the op's reference {op.reference_text} by up to {worst:.3g}: left as it is")
+        return tuple(weights), values
+    return bind
+
+
+def apply(model: torch.nn.Module, ops: Iterable[str] | None = None, *, declare: dict | None = None) -> Patch:
     """Swap, in place, every module (and function attribute) of `model` that one of `ops` (default:
-    every registered op) declares it replaces. Returns the Patch: its report(), counts() and undo()."""
+    every registered op) declares it replaces. Returns the Patch: its report(), counts() and undo().
+
+    declare={MyActivation: ("swish", {"beta": 1.3}), MyNorm: ("rms_norm", {"eps": "eps"})}: the user's
+    own classes (matched exactly), each checked against the op's reference on random inputs before it
+    is swapped; an attribute given as a string is read off the module."""
     from . import load
 
     chosen = _chosen(ops)
     load()
     patch = Patch(model)
     declared = {path: (op, bind) for op in chosen for path, bind in op.replaces.items()}
+    for cls, (op_name, attributes) in (declare or {}).items():
+        if not isinstance(cls, type) or op_name not in OPS:
+            raise PatchError(f"declare={{{cls!r}: ({op_name!r}, ...)}}: give a module class and one of the ops "
+                             f"{', '.join(OPS)}")
+        declared[class_path(cls)] = (OPS[op_name], _declared_by_user(cls, OPS[op_name], dict(attributes)))
     refused = {path: reason for op in chosen for path, reason in op.refuses.items()}
     functions = {path: (op, attributes) for op in chosen for path, attributes in op.replaces_functions.items()}
     hints = [(fragment.lower(), op) for op in chosen for fragment in op.looks_like]
@@ -171,9 +224,12 @@ def apply(model: torch.nn.Module, ops: Iterable[str] | None = None) -> Patch:
                                                              f"declare {cls} in ops/{declared[base][0].name}.py "
                                                              "(TorchOp.replaces) if it computes the same"))
             elif op := next((op for fragment, op in hints if fragment in type(child).__name__.lower()), None):
+                example = ", ".join(f'"{k}": {v:g}' for k, v in op.spec.attributes.items())
                 patch.left_alone.append(LeftAlone(path, cls, f"looks like myops::{op.name} but is not declared: if its "
-                                                             f"forward is {op.reference_text}, declare it in "
-                                                             f"ops/{op.name}.py (TorchOp.replaces)"))
+                                                             f"forward is {op.reference_text}, pass "
+                                                             f"declare={{{type(child).__name__}: (\"{op.name}\", "
+                                                             f"{{{example}}})}} to ops.apply (it is checked against "
+                                                             "the op's reference before the swap)"))
         for name, value in list(vars(parent).items()):
             function = _function_path(value)
             if function in functions:

@@ -9,7 +9,7 @@ import torch
 from opspec import OPS
 
 from . import autograd
-from .declaration import Refused, TorchOp
+from .declaration import Offset, Refused, TorchOp
 
 _registered = False
 
@@ -76,11 +76,10 @@ def register_python_parts() -> None:
 HF_RMS_NORMS = tuple(f"transformers.models.{family}.modeling_{family}.{name}RMSNorm" for family, name in (
     ("llama", "Llama"), ("qwen2", "Qwen2"), ("qwen3", "Qwen3"), ("mistral", "Mistral"), ("mixtral", "Mixtral"),
     ("phi3", "Phi3"), ("olmo2", "Olmo2"), ("granite", "Granite")))
-# Same name, other math: Gemma's scale by (1 + weight), and its weight starts at zero.
-GEMMA_REASON = ("scales by (1 + weight), where myops::rms_norm scales by weight: a Gemma-style weight offset "
-                "(swapping it would silently change every output)")
-REFUSED = {f"transformers.models.{family}.modeling_{family}.{name}RMSNorm": GEMMA_REASON
-           for family, name in (("gemma", "Gemma"), ("gemma2", "Gemma2"), ("gemma3", "Gemma3"))}
+# Gemma's scale by (1 + weight), its weight starting at zero, eps in `eps`: myops::rms_norm with the
+# scale 1 + weight, added in the swapped module's forward (ops.declaration.Offset).
+GEMMA_RMS_NORMS = tuple(f"transformers.models.{family}.modeling_{family}.{name}RMSNorm"
+                        for family, name in (("gemma", "Gemma"), ("gemma2", "Gemma2"), ("gemma3", "Gemma3")))
 # myops::rms_norm's kernels: float32 on the CPU; float32, float16 and bfloat16 on CUDA.
 KERNEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
@@ -100,6 +99,13 @@ def _bind_hf(module: torch.nn.Module) -> tuple[tuple, dict]:
     if not isinstance(eps, float):
         raise Refused(f"its epsilon (variance_epsilon) is {eps!r}, not a float")
     return (_weight_of(module),), {"eps": eps}
+
+
+def _bind_gemma(module: torch.nn.Module) -> tuple[tuple, dict]:
+    eps = getattr(module, "eps", None)
+    if not isinstance(eps, float):
+        raise Refused(f"its epsilon (eps) is {eps!r}, not a float")
+    return (Offset(_weight_of(module), 1.0),), {"eps": eps}
 
 
 def _bind_torch(module: torch.nn.Module) -> tuple[tuple, dict]:
@@ -144,8 +150,8 @@ OP = TorchOp(
     tolerances={"float32": (1e-5, 1e-5), "float16": (2**-10, 1e-3), "bfloat16": (2**-7, 1e-2)},
     # ORT's own kernel for the decomposed graph is the SimplifiedLayerNormalization its default level
     # fuses it into.
-    replaces={**{path: _bind_hf for path in HF_RMS_NORMS}, "torch.nn.modules.normalization.RMSNorm": _bind_torch},
-    refuses=REFUSED,
+    replaces={**{path: _bind_hf for path in HF_RMS_NORMS}, **{path: _bind_gemma for path in GEMMA_RMS_NORMS},
+              "torch.nn.modules.normalization.RMSNorm": _bind_torch},
     looks_like=("RMSNorm",),
     targets=(("extension op vs F.rms_norm", "torch_extension", ("torch_rms_norm",), 1.0),
              ("ORT custom op vs ORT composite (default level: SimplifiedLayerNormalization)", "ort_custom",

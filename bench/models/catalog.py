@@ -64,6 +64,12 @@ BUILT_IN = {
     "qwen2-tiny": ("Qwen2Config", "Qwen2ForCausalLM", dict(hidden_size=256, intermediate_size=512, num_attention_heads=4,
                                                            num_key_value_heads=2, num_hidden_layers=2, vocab_size=1000),
                    "Qwen2, 2 layers, hidden 256 (tests)"),
+    # Gemma's RMSNorm scales by 1 + weight (ops.apply adds the 1 in the swapped module; fuse folds it into
+    # a constant); with SiLU as its MLP's activation, Swish too.
+    "gemma-tiny": ("GemmaConfig", "GemmaForCausalLM", dict(hidden_size=256, intermediate_size=512, num_attention_heads=4,
+                                                           num_key_value_heads=2, num_hidden_layers=2, vocab_size=1000,
+                                                           head_dim=64, hidden_act="silu"),
+                   "Gemma with SiLU, 2 layers, hidden 256 (tests)"),
 }
 
 
