@@ -70,6 +70,13 @@ BUILT_IN = {
                                                            num_key_value_heads=2, num_hidden_layers=2, vocab_size=1000,
                                                            head_dim=64, hidden_act="silu"),
                    "Gemma with SiLU, 2 layers, hidden 256 (tests)"),
+    # A CLIP vision tower (quick_gelu: Swish with beta 1.702); its attention's key bias gets a gradient
+    # that is zero in exact math, which layer 1 judges against the model's largest.
+    "clip-vision-tiny": ("CLIPVisionConfig", "CLIPVisionModel", dict(hidden_size=128, intermediate_size=512,
+                                                                     num_attention_heads=4, num_hidden_layers=2,
+                                                                     image_size=64, patch_size=16,
+                                                                     hidden_act="quick_gelu"),
+                         "CLIP vision tower, 2 layers, hidden 128, 64x64 images in 16x16 patches (tests)"),
 }
 
 
@@ -80,11 +87,27 @@ def _built_in(name: str) -> ModelCase:
         raise ModelSpecError(f"the built-in model {name!r} needs transformers, which this environment lacks: use an "
                              "entry whose matrix.yaml pins transformers (cpu), or pip install transformers") from exc
     config_class, model_class, sizes, description = BUILT_IN[name]
+    if config_class == "CLIPVisionConfig":
+        return _vision_tower(transformers, name, getattr(transformers, config_class)(**sizes),
+                             getattr(transformers, model_class), description)
     config = getattr(transformers, config_class)(**sizes, max_position_embeddings=1024, use_cache=False,
                                                  tie_word_embeddings=False)
     model = getattr(transformers, model_class)(config).eval()
     return ModelCase(name, model, _token_ids(config.vocab_size), kwargs={"use_cache": False},
                      description=f"{description}; transformers {transformers.__version__}")
+
+
+def _vision_tower(transformers, name: str, config, model_class, description: str) -> ModelCase:
+    """Images in (batch x 3 x size x size; the sequence length of the shapes is not used), every
+    output of the tower compared; only the batch is dynamic."""
+    size = config.image_size
+
+    def inputs(batch: int, seq: int, seed: int) -> dict:
+        rng = np.random.default_rng([seed, batch])
+        return {"pixel_values": rng.standard_normal((batch, 3, size, size)).astype(np.float32)}
+
+    return ModelCase(name, model_class(config).eval(), inputs, dynamic_shapes={"pixel_values": {0: "batch"}},
+                     check_shape=(3, 0), description=f"{description}; transformers {transformers.__version__}")
 
 
 def _from_file(spec: str) -> ModelCase:

@@ -202,11 +202,16 @@ def layer2(case, original, patched, files: dict, plugin: str, threads: int) -> s
             want = want.numpy()
             if have.shape != want.shape or not np.allclose(have, want, rtol=RTOL, atol=ATOL):
                 worst = float(np.abs(have - want).max()) if have.shape == want.shape else float("nan")
-                raise StepFailed(f"{kind}.onnx's {name} at {case.check_shape} differs from torch: max abs {worst:.3e} "
+                raise StepFailed(f"{kind}.onnx's {name} at {shape_label(feed)} differs from torch: max abs {worst:.3e} "
                                  f"(rtol {RTOL}, atol {ATOL}; shapes {list(have.shape)} vs {list(want.shape)})")
             details.append(f"{kind} {float(np.abs(have - want).max()):.1e}")
-    return f"at batch x seq {case.check_shape[0]}x{case.check_shape[1]} (export {case.export_shape[0]}x" \
-           f"{case.export_shape[1]}), max abs: " + ", ".join(details)
+    return f"at {shape_label(feed)} (export {shape_label(case.inputs(*case.export_shape, 0))}), max abs: " + \
+        ", ".join(details)
+
+
+def shape_label(feed: dict) -> str:
+    """The inputs' real shapes, as the rows are labelled: "input_ids 1x128", "pixel_values 1x3x224x224"."""
+    return ", ".join(f"{name} {'x'.join(map(str, np.shape(value)))}" for name, value in feed.items())
 
 
 def graphs(files: dict, plugin: str, threads: int, work: Path) -> list[dict]:
@@ -475,17 +480,18 @@ def _run(args) -> int:
         passed("graphs", "; ".join(f"{kind}: ORT made {', '.join(types) or 'no new node type'}"
                                    for kind, types in made.items()))
         inputs = work / "inputs.npz"
-        np.savez(inputs, **case.inputs(*case.bench_shape, 0))
+        bench_feed = case.inputs(*case.bench_shape, 0)
+        np.savez(inputs, **bench_feed)
         base = dict(model=args.model, inputs=str(inputs), threads=args.threads, warmup=args.warmup, runs=args.runs,
                     plugin=plugin)
         log(f"[model] rows: {len(ROWS)} x {args.rounds} rounds, a fresh process each, {args.runs} runs after "
-            f"{args.warmup} warm-up at {case.bench_shape[0]}x{case.bench_shape[1]}")
+            f"{args.warmup} warm-up at {shape_label(bench_feed)}")
         measured = measure_rows(base, files, args.rounds)
         log(f"[model] paired targets: {args.pairs} pairs each in {args.target_processes} processes")
         target_results = measure_targets(base, files, args.target_processes, args.pairs)
         shares = profile(base, files, work, args.profile_runs)
         model_digest = {kind: r.sha256 for kind, r in files.items()}
-    shape = f"{case.bench_shape[0]}x{case.bench_shape[1]}"
+    shape = shape_label(bench_feed)
     graph_of = {"torch_original": "eager", "torch_patched": ", ".join(f"{n} x myops::{op}" for op, n in sorted(patch.counts().items()))}
     for row, kind in ORT_FILES.items():
         # the myops nodes it runs and the node types ORT's optimizer made (its fusions)
