@@ -19,6 +19,7 @@ REPO = Path(__file__).resolve().parent
 sys.path.insert(0, str(REPO))
 
 from lab import matrix  # noqa: E402  (needs the repo on sys.path)
+from lab.files import write_text_atomic  # noqa: E402
 
 nox.options.default_venv_backend = "venv"
 nox.options.reuse_venv = "yes"
@@ -88,8 +89,11 @@ def _venv(session: nox.Session, entry: dict, *, models: bool = False, also: tupl
             session.run(sys.executable, "-m", "venv", "--clear", str(venv), external=True)
         stamp = venv / "lab-installed.json"
         done = json.loads(stamp.read_text()) if stamp.exists() else {}
+        chain = ""  # a changed torch or pin installs again what was installed on top of it
         for what, args in steps:
-            digest = _digest(args)
+            digest = _digest([chain, *args])
+            if what in ("torch", "pins"):
+                chain = digest
             if digest in done:
                 continue
             if what == "torch":
@@ -100,7 +104,7 @@ def _venv(session: nox.Session, entry: dict, *, models: bool = False, also: tupl
             else:
                 session.run(str(python), "-m", "pip", "install", "--disable-pip-version-check", *args, external=True)
             done[digest] = " ".join(a if not a.startswith("/") else Path(a).name for a in args)
-            stamp.write_text(json.dumps(done, indent=1, sort_keys=True) + "\n")
+            write_text_atomic(stamp, json.dumps(done, indent=1, sort_keys=True) + "\n")  # an interrupt keeps the last
     session.run(str(python), "-m", "lab.provenance", external=True)
     return str(python)
 
@@ -334,7 +338,10 @@ def tests(session: nox.Session) -> None:
     if not workers.isdigit() or int(workers) < 1:
         session.error(f"MYOPS_TEST_WORKERS is how many pytest workers run the suite (1: one process); got {workers!r}")
     # Units of tests that share a fixture stay on one worker, the costliest first (tests/conftest.py).
-    spread = [] if int(workers) == 1 else ["-n", workers]
+    # One process where the options need a terminal (--pdb, -s) or choose the workers themselves.
+    own = [a for a in session.posargs if a in ("--pdb", "-s", "--capture=no", "--trace") or a.startswith(("-n", "--numprocesses",
+                                                                                                           "--dist"))]
+    spread = [] if int(workers) == 1 or own else ["-n", workers]
     # --durations: the slowest 30 tests, so a run shows where its minutes go (docs/ci.md)
     session.run(python, "-m", "pytest", *([] if chosen else ["tests"]), "-ra", "--durations=30", *spread,
                 *session.posargs)

@@ -11,8 +11,10 @@ used_gb() { df --output=used -B1G . | tail -n 1 | tr -d ' '; }
 free_gb() { df --output=avail -B1G . | tail -n 1 | tr -d ' '; }
 # Peak disk: sampled every 5 s for the whole run (the py3.13 test's container peaks within a stage).
 disk_at_start=$(used_gb)
-( while :; do used_gb; sleep 5; done ) >build/ci/disk_samples &
+( while kill -0 $$ 2>/dev/null; do used_gb; sleep 5; done ) >build/ci/disk_samples &  # ends with the run
 disk_sampler=$!
+# The running block's jobs and logs: an interrupted run stops their processes and shows their logs' ends.
+block_pids=() block_names=() block_logs=()
 end_stage() {
   [ -n "$stage_name" ] || return 0
   local now; now=$(date +%s)
@@ -31,7 +33,9 @@ stage() {  # stage NAME: ends the stage before, starts this one
 concurrently() {
   local block=$1; shift
   stage "$block"
-  local names=() pids=() logs=() starts=() n=0 failed=0
+  block_pids=() block_names=() block_logs=()
+  local -n names=block_names pids=block_pids logs=block_logs
+  local starts=() n=0 failed=0
   while [ $# -gt 0 ]; do
     local log="build/ci/job-$n.log"
     names+=("$1") logs+=("$log") starts+=("$(date +%s)")
@@ -62,11 +66,27 @@ concurrently() {
     echo "---- ${names[$i]}: its log ----"
     cat "${logs[$i]}"
   done
+  block_pids=() block_names=() block_logs=()
   end_stage
   return "$failed"
 }
+stop_tree() {  # stop_tree PID: the process and everything it started (nox -> pip, docker build ...)
+  local child
+  for child in $(pgrep -P "$1"); do stop_tree "$child"; done
+  kill "$1" 2>/dev/null || true
+}
+stop_block() {  # an interrupted block: its jobs stopped, the end of each log shown
+  local i
+  for i in "${!block_pids[@]}"; do
+    kill -0 "${block_pids[$i]}" 2>/dev/null || continue
+    stop_tree "${block_pids[$i]}"
+    echo "---- ${block_names[$i]}: stopped; the end of its log ----"
+    tail -n 40 "${block_logs[$i]}"
+  done
+}
 summary() {
   local rc=$? total peak slowest
+  stop_block
   end_stage
   kill "$disk_sampler" 2>/dev/null || true
   total=$(( $(date +%s) - run_started ))
@@ -84,4 +104,6 @@ summary() {
 }
 started_dockerd=""
 trap summary EXIT
+trap 'exit 130' INT  # so that the EXIT trap runs: the summary, and the jobs stopped
+trap 'exit 143' TERM
 

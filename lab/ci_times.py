@@ -23,12 +23,12 @@ LISTED_FROM_SECONDS = 2.0  # shorter tests are scheduled at a default (tests/con
 
 
 def test_times(junit: Path) -> dict[str, float]:
-    """{pytest node id: seconds, setup and teardown included}; a worker's group suffix (@unit) dropped."""
+    """{pytest node id: seconds, setup and teardown included}."""
     times: dict[str, float] = {}
     for case in ET.parse(junit).getroot().iter("testcase"):
         module, *classes = case.get("classname").split(".")[1:] if case.get("classname").startswith("tests.") \
             else (case.get("classname"), )
-        parts = [f"tests/{module}.py", *classes, case.get("name").split("@")[0]]
+        parts = [f"tests/{module}.py", *classes, case.get("name")]
         times["::".join(parts)] = times.get("::".join(parts), 0.0) + float(case.get("time") or 0)
     return times
 

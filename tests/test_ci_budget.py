@@ -101,13 +101,49 @@ def test_every_scheduled_test_exists():
     assert not stale, f"tests/durations.csv lists tests that no longer exist: {stale[:10]}"
 
 
+def test_an_interrupted_block_stops_its_jobs_and_shows_the_end_of_their_logs(tmp_path):
+    """A run stopped mid-block (Ctrl-C, the runner's time limit) leaves no job running, ends with its
+    summary, and shows what each stopped job had printed."""
+    import signal
+    import time
+
+    marker = f"{tmp_path.name}-{time.monotonic_ns()}"  # a job's process found again by its command line
+    # ($MARK expands in the job alone: this shell's own command line does not hold the marker)
+    run = subprocess.Popen(["bash", "-c", f"set -euo pipefail; source {REPO / '.ci' / 'stages.sh'}; concurrently block "
+                                          "sleeper 'echo begun; bash -c \"sleep 300; : $MARK\"'"],
+                           cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           env={"PATH": "/usr/bin:/bin", "CI_BUDGET_MINUTES": "45", "MARK": marker})
+    try:
+        deadline = time.monotonic() + 30
+        while subprocess.run(["pgrep", "-f", marker], capture_output=True).returncode != 0:
+            assert time.monotonic() < deadline, "the job never started"
+            time.sleep(0.2)
+        run.send_signal(signal.SIGTERM)
+        out, _ = run.communicate(timeout=30)
+    finally:
+        run.kill()
+    assert "---- sleeper: stopped; the end of its log ----\nbegun" in out, out
+    assert "== CI summary: " in out, out
+    time.sleep(0.5)
+    assert subprocess.run(["pgrep", "-f", marker], capture_output=True).returncode == 1, "a job's process outlived the run"
+
+
+def test_ci_run_times_its_stages_and_keeps_the_test_times():
+    """.ci/run sources the stage functions before its first stage and hands pytest the junit file that
+    lab.ci_times and tests/durations.csv are made from."""
+    run = (REPO / ".ci" / "run").read_text()
+    assert re.search(r"^source \.ci/stages\.sh$", run, re.M), "the stages are not timed"
+    assert run.index("source .ci/stages.sh") < run.index("\nstage ")
+    assert re.search(r"^nox -s tests -- --junitxml=build/ci/junit\.xml", run, re.M), "the test times are not kept"
+
+
 def test_ci_times_counts_a_block_once_and_its_jobs_not(tmp_path):
     """The total is the stages' wall time: a block's jobs ran at once, inside the block's minutes."""
     (tmp_path / "stages.csv").write_text("stage,seconds,disk_used_gb,disk_free_gb,block\n"
                                          "bases,60,30,70,\nimages,540,40,60,both\ncompile,600,41,59,both\n"
                                          "both,600,41,59,\ntests,1200,43,57,\n")
     (tmp_path / "junit.xml").write_text('<testsuites><testsuite><testcase classname="tests.test_a" name="test_one" '
-                                        'time="90"/><testcase classname="tests.test_a" name="test_two[x]@unit" '
+                                        'time="90"/><testcase classname="tests.test_a" name="test_two[x]" '
                                         'time="30"/></testsuite></testsuites>')
     done = subprocess.run([sys.executable, "-m", "lab.ci_times", "--run", str(tmp_path)], cwd=REPO,
                           capture_output=True, text=True, timeout=60)

@@ -151,12 +151,12 @@ def test_a_cuda_entrys_wheels_are_for_its_own_architecture_only(tmp_path):
 
 @pytest.mark.skipif(shutil.which("nox") is None and not (Path(sys.executable).parent / "nox").exists(),
                     reason="nox is not installed beside this Python")
-def test_nox_wheels_takes_a_cuda_entry_to_lab_dist(tmp_path):
+def test_nox_wheels_takes_a_cuda_entry_to_lab_dist():
     """`nox -s wheels -- cuda12.1` is not refused as the local backend's sessions refuse a CUDA entry: it
-    installs the tooling alone (no torch) and reaches lab.dist (here its refusal of an arm64 CUDA wheel,
-    which builds nothing)."""
+    runs in the cpu entry's venv (.nox/cpu, shared by the sessions: the suite's own, nothing to install)
+    and reaches lab.dist (here its refusal of an arm64 CUDA wheel, which builds nothing)."""
     nox = shutil.which("nox") or str(Path(sys.executable).parent / "nox")
-    out = subprocess.run([nox, "--envdir", str(tmp_path / "nox"), "-s", "wheels", "--", "cuda12.1", "--arch", "arm64"],
+    out = subprocess.run([nox, "-s", "wheels", "--", "cuda12.1", "--arch", "arm64"],
                          cwd=REPO, capture_output=True, text=True, timeout=900)
     said = out.stdout + out.stderr
     assert out.returncode != 0 and "its plugin wheel is built for x86_64 only" in said, said[-3000:]

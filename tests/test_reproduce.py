@@ -67,11 +67,12 @@ def test_a_cuda_entry_takes_no_host_build_options(capsys):
 
 @pytest.mark.skipif(shutil.which("nox") is None and not (Path(sys.executable).parent / "nox").exists(),
                     reason="nox is not installed beside this Python")
-def test_nox_reproduce_takes_a_cuda_entry_to_lab_reproduce(tmp_path):
+def test_nox_reproduce_takes_a_cuda_entry_to_lab_reproduce():
     """`nox -s reproduce -- cuda12.1` is not refused as the local backend's sessions refuse a CUDA entry: it
-    installs the tooling alone and reaches lab.reproduce (here its refusal of a host-build option)."""
+    runs in the cpu entry's venv (.nox/cpu, the suite's own) and reaches lab.reproduce (here its refusal
+    of a host-build option)."""
     nox = shutil.which("nox") or str(Path(sys.executable).parent / "nox")
-    out = subprocess.run([nox, "--envdir", str(tmp_path / "nox"), "-s", "reproduce", "--", "cuda12.1", "--images"],
+    out = subprocess.run([nox, "-s", "reproduce", "--", "cuda12.1", "--images"],
                          cwd=REPO, capture_output=True, text=True, timeout=900)
     said = out.stdout + out.stderr
     assert out.returncode != 0 and "cuda12.1 is a CUDA entry" in said, said[-3000:]
