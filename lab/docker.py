@@ -382,12 +382,12 @@ def cmake_cuda_architectures(arch_list: list[str]) -> str:
 # The wheel servers' ports: fixed per entry and platform, because build args are part of the layer
 # cache key; apart, so that two entries' images can be built at once.
 WHEELS_PORT = 48735
-WHEELS_PORTS = 500
+WHEELS_PORT_RANGE = 500
 PORT_WAIT_SECONDS = 900
 
 
 def wheels_port(entry_id: str, plat: platforms.Platform = platforms.PRIMARY) -> int:
-    return WHEELS_PORT + zlib.crc32(f"{entry_id}/{plat.docker}".encode()) % WHEELS_PORTS
+    return WHEELS_PORT + zlib.crc32(f"{entry_id}/{plat.docker}".encode()) % WHEELS_PORT_RANGE
 
 
 @contextlib.contextmanager
@@ -397,7 +397,7 @@ def _serve_wheels(directory: Path, port: int, *, log=print):
     build (another checkout's) serves on the port, this one waits for it, up to PORT_WAIT_SECONDS."""
     handler = functools.partial(_QuietHandler, directory=str(directory))
     deadline = time.monotonic() + PORT_WAIT_SECONDS
-    server = None
+    server, told = None, False
     while server is None:
         try:
             server = http.server.ThreadingHTTPServer(("127.0.0.1", port), handler)
@@ -407,8 +407,10 @@ def _serve_wheels(directory: Path, port: int, *, log=print):
                     "one (this build's pip steps run again, uncached)")
                 server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
             else:
-                if deadline - time.monotonic() > PORT_WAIT_SECONDS - 2:  # said once
-                    log(f"[docker] port {port} is taken (another build of this entry?): waiting for it to end ...")
+                if not told:
+                    log(f"[docker] port {port} is taken (another build of this entry?): waiting up to "
+                        f"{PORT_WAIT_SECONDS} s for it to end ...")
+                    told = True
                 time.sleep(2)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
