@@ -258,25 +258,33 @@ def _check(model) -> None:
 
 def _write_with_external_data(model, source: Path, target: Path, plugin: str | None, int_high: int) -> list[str]:
     """As the input was written: the weights in OUT.onnx.data beside OUT.onnx. Both are written in a
-    folder of their own beside the target, proven there, then moved into place (the data file first);
-    a failure or an interrupt leaves neither."""
+    folder of their own beside the target and proven there; a failure leaves the target as it was.
+    Then an earlier OUT.onnx goes first, the data file moves in, the model last: an interrupt between
+    can leave a data file without its model, never a model that reads another's data."""
     import shutil
     import tempfile
 
     import onnx_ir as ir
 
     data_name = f"{target.name}.data"
+    made = [p for p in (target.parent, *target.parent.parents) if not p.exists()]
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}-"))
     try:
         ir.save(model, staging / target.name, external_data=data_name)
         _check(str(staging / target.name))  # a path: its data file is read beside it
         proof = prove(str(source), str(staging / target.name), plugin, int_high=int_high)
+        target.unlink(missing_ok=True)
         if (staging / data_name).exists():
             os.replace(staging / data_name, target.parent / data_name)
         os.replace(staging / target.name, target)
-    finally:
+    except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
+        for folder in made:  # the folders this call made, when nothing else is in them
+            if folder.exists() and not any(folder.iterdir()):
+                folder.rmdir()
+        raise
+    shutil.rmtree(staging, ignore_errors=True)
     return proof
 
 

@@ -2,10 +2,11 @@
 
 Each op declares, in ops/<op>.py, the module classes it stands in for (TorchOp.replaces: Hugging
 Face's LlamaRMSNorm, torch.nn.SiLU ...), the functions (TorchOp.replaces_functions: F.silu held as an
-attribute) and the look-alikes it must refuse with a reason (TorchOp.refuses: Gemma's RMSNorm scales
-by 1 + weight). apply() walks the model once, swaps every declared module for a `Fused` module that
-keeps the original's own Parameters (the state dict and an optimiser's references stay valid), and
-returns a Patch: what was swapped, what was left alone and why, and undo().
+attribute) and the look-alikes it must refuse with a reason (TorchOp.refuses); a user's own classes
+are declared in the call (apply(model, declare=...)). apply() walks the model once, swaps every
+declared module for a `Fused` module that keeps the original's own Parameters (the state dict and an
+optimiser's references stay valid), and returns a Patch: what was swapped, what was left alone and
+why, and undo().
 
 Classes are matched exactly, by import path: a subclass may have changed forward, so it is left
 alone with the reason, as is any module whose class name looks like an op's (looks_like) but is not
@@ -136,10 +137,11 @@ def _function_path(value) -> str | None:
     return None
 
 
-def _declared_by_user(cls: type, op: TorchOp, attributes: dict) -> Callable:
+def _declared_by_user(op: TorchOp, attributes: dict) -> Callable:
     """bind() of a class the user declares: the op's weights are the module's attributes of their names,
     an attribute given as a string is the module's attribute of that name; before the swap, the module
-    is run against the op's reference on random inputs, and refused where they differ."""
+    is run against the op's reference on random inputs (on its parameters' device and dtype, within the
+    op's declared tolerance), and refused where they differ."""
     def bind(module: torch.nn.Module) -> tuple[tuple, dict]:
         if len(op.spec.graph_inputs) > 1:
             raise Refused(f"myops::{op.name} takes {len(op.spec.graph_inputs)} inputs: declare={{...}} swaps one-input "
@@ -151,18 +153,24 @@ def _declared_by_user(cls: type, op: TorchOp, attributes: dict) -> Callable:
                 raise Refused(f"declared as myops::{op.name}, but its {name!r} is "
                               f"{None if weight is None else list(weight.shape)}, not one value per channel")
             weights.append(weight)
+        missing = sorted(v for v in attributes.values() if isinstance(v, str) and not hasattr(module, v))
+        if missing:
+            raise Refused(f"declared as myops::{op.name} with attributes read off the module, but it has no "
+                          f"{', '.join(missing)}")
         values = {key: getattr(module, value) if isinstance(value, str) else value for key, value in attributes.items()}
+        like = next(iter(module.parameters()), weights[0] if weights else torch.empty(0))
+        dtype = like.dtype if like.is_floating_point() else torch.float32
         hidden = weights[0].shape[0] if weights else 64
-        dtype = weights[0].dtype if weights else torch.float32
-        x = 3 * torch.randn(2, 5, hidden, generator=torch.Generator().manual_seed(0), dtype=dtype)
+        x = (3 * torch.randn(2, 5, hidden, generator=torch.Generator().manual_seed(0))).to(like.device, dtype)
         try:
             with torch.no_grad():
                 mine = module(x)
                 want = op.reference(x, *weights, *op.attributes(**values).values())
         except Exception as exc:  # the user's forward, or the reference, refusing these inputs
             raise Refused(f"declared as myops::{op.name}, but checking it on random inputs raised: {exc}") from None
-        if not isinstance(mine, torch.Tensor) or mine.shape != want.shape or not torch.allclose(mine, want, rtol=1e-4,
-                                                                                              atol=1e-5):
+        rtol, atol = op.tolerances.get(str(dtype).removeprefix("torch."), (1e-4, 1e-5))
+        if not isinstance(mine, torch.Tensor) or mine.shape != want.shape or not torch.allclose(
+                mine, want, rtol=max(rtol, 1e-4), atol=max(atol, 1e-5)):
             worst = float((mine - want).abs().max()) if isinstance(mine, torch.Tensor) and mine.shape == want.shape \
                 else float("nan")
             raise Refused(f"declared as myops::{op.name} {op.attributes(**values)}, but on random inputs its forward "
@@ -188,7 +196,13 @@ def apply(model: torch.nn.Module, ops: Iterable[str] | None = None, *, declare: 
         if not isinstance(cls, type) or op_name not in OPS:
             raise PatchError(f"declare={{{cls!r}: ({op_name!r}, ...)}}: give a module class and one of the ops "
                              f"{', '.join(OPS)}")
-        declared[class_path(cls)] = (OPS[op_name], _declared_by_user(cls, OPS[op_name], dict(attributes)))
+        op = OPS[op_name]
+        known = {name for onnx_name in op.spec.attributes for name in (onnx_name, op.spec.torch_attribute(onnx_name))}
+        if set(attributes) - known:
+            raise PatchError(f"declare={{{cls.__name__}: ({op_name!r}, {dict(attributes)})}}: myops::{op_name} has no "
+                             f"attribute {', '.join(sorted(set(attributes) - known))}; its attributes are "
+                             f"{', '.join(sorted(known)) or 'none'}")
+        declared[class_path(cls)] = (op, _declared_by_user(op, dict(attributes)))
     refused = {path: reason for op in chosen for path, reason in op.refuses.items()}
     functions = {path: (op, attributes) for op in chosen for path, attributes in op.replaces_functions.items()}
     hints = [(fragment.lower(), op) for op in chosen for fragment in op.looks_like]
@@ -221,8 +235,9 @@ def apply(model: torch.nn.Module, ops: Iterable[str] | None = None, *, declare: 
                 patch.left_alone.append(LeftAlone(path, cls, refused[cls]))
             elif base := next((p for p, c in classes.items() if isinstance(child, c)), None):
                 patch.left_alone.append(LeftAlone(path, cls, f"a subclass of {base}, whose forward it may change: "
-                                                             f"declare {cls} in ops/{declared[base][0].name}.py "
-                                                             "(TorchOp.replaces) if it computes the same"))
+                                                             f"if it computes the same, pass declare={{"
+                                                             f"{type(child).__name__}: (\"{declared[base][0].name}\", "
+                                                             "{...})} to ops.apply"))
             elif op := next((op for fragment, op in hints if fragment in type(child).__name__.lower()), None):
                 example = ", ".join(f'"{k}": {v:g}' for k, v in op.spec.attributes.items())
                 patch.left_alone.append(LeftAlone(path, cls, f"looks like myops::{op.name} but is not declared: if its "

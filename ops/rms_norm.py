@@ -15,8 +15,8 @@ _registered = False
 
 
 def reference(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-    """The composite the op replaces, accumulating in float32 or finer (float64 stays float64: layer 1's
-    ground truth and the second derivatives are computed in it); the ground truth of layer 1."""
+    """The composite the op replaces, accumulating in float32 or finer: float64 stays float64, as layer
+    1's ground truth and the second derivatives are computed in it."""
     wide = torch.promote_types(x.dtype, torch.float32)
     x_wide = x.to(wide)
     return (x_wide * torch.rsqrt(x_wide.pow(2).mean(-1, keepdim=True) + eps) * weight.to(wide)).to(x.dtype)
@@ -105,7 +105,11 @@ def _bind_gemma(module: torch.nn.Module) -> tuple[tuple, dict]:
     eps = getattr(module, "eps", None)
     if not isinstance(eps, float):
         raise Refused(f"its epsilon (eps) is {eps!r}, not a float")
-    return (Offset(_weight_of(module), 1.0),), {"eps": eps}
+    weight = _weight_of(module)
+    if weight.dtype != torch.float32:  # Gemma adds the 1 in float32; in 16 bits 1 + w loses w's low bits
+        raise Refused(f"its weight is {weight.dtype}: Gemma scales by 1 + weight in float32, and 1 + weight in "
+                      f"{weight.dtype} would round a small weight away; swap it in float32")
+    return (Offset(weight, 1.0),), {"eps": eps}
 
 
 def _bind_torch(module: torch.nn.Module) -> tuple[tuple, dict]:

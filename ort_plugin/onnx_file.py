@@ -181,19 +181,22 @@ def _initializer(buf: memoryview) -> tuple[str, str | None]:
 def external_data_problems(path: str | os.PathLike, summary: ModelSummary) -> tuple[list[str], list[Path]]:
     """What onnxruntime would refuse in the model's external data (a file missing, or one outside the
     model's folder, which ORT does not read), and the data files that are fine."""
-    folder = Path(path).resolve().parent
+    # the folder the model is named in, and the one it is in after symlinks (a Hugging Face cache links
+    # model.onnx into blobs/): ORT reads a data file from either
+    folders = [Path(os.path.abspath(path)).parent, Path(path).resolve().parent]
     problems, files = [], []
     for location in sorted(set(summary.external_data.values())):
         named = sorted(n for n, where in summary.external_data.items() if where == location)
-        target = (folder / location).resolve()
-        if not location or Path(location).is_absolute() or not target.is_relative_to(folder):
-            problems.append(f"external data {location!r} (of {named[0]}{' and others' if len(named) > 1 else ''}) "
-                            f"is outside the model's folder {folder}: onnxruntime refuses it")
-        elif not target.is_file():
-            problems.append(f"external data file {location!r} (of {named[0]}{' and others' if len(named) > 1 else ''}) "
-                            f"is missing from {folder}")
+        of = f"(of {named[0]}{' and others' if len(named) > 1 else ''})"
+        inside = [folder / location for folder in folders if location and not Path(location).is_absolute()
+                  and (folder / location).resolve().is_relative_to(folder.resolve())]
+        if not inside:
+            problems.append(f"external data {location!r} {of} is outside the model's folder {folders[0]}: "
+                            "onnxruntime refuses it")
+        elif not any(candidate.is_file() for candidate in inside):
+            problems.append(f"external data file {location!r} {of} is missing from {folders[0]}")
         else:
-            files.append(target)
+            files.append(next(candidate for candidate in inside if candidate.is_file()))
     return problems, files
 
 

@@ -218,6 +218,14 @@ def _plain_export(tmp_path: Path) -> Path:
     return path
 
 
+def _relocate(model_path: Path, location: str) -> None:
+    moved = onnx.load(str(model_path), load_external_data=False)
+    for tensor in moved.graph.initializer:
+        for entry in tensor.external_data:
+            entry.value = location if entry.key == "location" else entry.value
+    model_path.write_bytes(moved.SerializeToString())
+
+
 def test_a_plain_export_with_external_data_is_fused_and_benched(ext, plugin_path, tmp_path):
     """fuse reads the weights beside the model and writes its own the same way (OUT.onnx.data), proven
     in ORT; the runner measures both files; a data file outside the model's folder is refused, as ORT does."""
@@ -226,8 +234,9 @@ def test_a_plain_export_with_external_data_is_fused_and_benched(ext, plugin_path
     import sys
 
     source = _plain_export(tmp_path)
-    if not (source.parent / "model.onnx.data").exists():
-        pytest.skip("this torch's plain export keeps the weights in the file: nothing external to read")
+    if not (source.parent / "model.onnx.data").exists():  # a torch whose plain export keeps them inside
+        onnx.save_model(onnx.load(str(source)), str(source), save_as_external_data=True, location="model.onnx.data",
+                        size_threshold=0)
     out = tmp_path / "fused" / "model.fused.onnx"
     done = subprocess.run([sys.executable, "-m", "ops.fuse", str(source), str(out), "--plugin", str(plugin_path)],
                           capture_output=True, text=True, cwd=Path(__file__).parent.parent, timeout=600)
@@ -243,12 +252,15 @@ def test_a_plain_export_with_external_data_is_fused_and_benched(ext, plugin_path
                           cwd=Path(__file__).parent.parent, env={**os.environ, "MYOPS_MATRIX_ENTRY": "cpu"}, timeout=600)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     # The data file moved out of the model's folder and the reference pointed at it: refused, nothing written.
-    moved = onnx.load(str(source), load_external_data=False)
-    for tensor in moved.graph.initializer:
-        for entry in tensor.external_data:
-            entry.value = "../model.onnx.data" if entry.key == "location" else entry.value
-    source.write_bytes(moved.SerializeToString())
+    _relocate(source, "../model.onnx.data")
     (source.parent / "model.onnx.data").rename(tmp_path / "model.onnx.data")
     with pytest.raises(FuseError, match="outside the model's folder"):
         fuse(source, tmp_path / "refused" / "x.onnx", plugin=str(plugin_path), log=quiet)
-    assert not (tmp_path / "refused").exists() or not any((tmp_path / "refused").iterdir())
+    assert not (tmp_path / "refused").exists()
+    # A rewrite whose proof fails (here: no plugin that serves the op) leaves the earlier output as it was.
+    (tmp_path / "model.onnx.data").rename(source.parent / "model.onnx.data")
+    _relocate(source, "model.onnx.data")
+    before = {p.name: p.read_bytes() for p in out.parent.iterdir()}
+    with pytest.raises(FuseError):
+        fuse(source, out, plugin=str(tmp_path / "no-plugin.so"), log=quiet)
+    assert {p.name: p.read_bytes() for p in out.parent.iterdir()} == before

@@ -187,6 +187,10 @@ def test_second_derivatives_pass_gradgradcheck_in_float64(ext):
         warnings.simplefilter("error")
         assert torch.autograd.gradgradcheck(lambda a, b: ext.rms_norm(a, b, 1e-3),
                                             (x.double().requires_grad_(), weight.double().requires_grad_()))
+    if hasattr(torch.library, "opcheck"):  # the backward op's fake and autograd, as torch checks an op's
+        torch.library.opcheck(torch.ops.myops.rms_norm_backward.default,
+                              (torch.randn(3, 4, 9, requires_grad=True), x.clone().requires_grad_(),
+                               weight.clone().requires_grad_(), 1e-3))
 
 
 @pytest.mark.parametrize("device", DEVICES)

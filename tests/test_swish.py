@@ -227,6 +227,9 @@ def test_second_derivatives_pass_gradgradcheck_in_float64(ext):
         warnings.simplefilter("error")
         for beta in BETAS:
             assert torch.autograd.gradgradcheck(lambda t: ext.swish(t, beta), (x,))
+    if hasattr(torch.library, "opcheck"):  # the backward op's fake and autograd, as torch checks an op's
+        torch.library.opcheck(torch.ops.myops.swish_backward.default,
+                              (torch.randn(3, 11, requires_grad=True), torch.randn(3, 11, requires_grad=True), 1.3))
 
 
 @pytest.mark.parametrize("device", DEVICES)

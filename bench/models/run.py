@@ -351,9 +351,9 @@ def chart(rows: list[dict], path: Path) -> None:
               [float(r["ci_high_ms"]) - m for m, r in zip(medians, rows[::-1])]]
     ax.barh(titles, medians, xerr=errors, color="#4477aa")
     ax.set_xlabel("median latency per forward (ms), 95% interval")
-    ax.set_title(f"{rows[0]['model']} {rows[0]['shape']}, {rows[0]['threads']} threads ({rows[0]['entry']})")
+    ax.set_title(f"{rows[0]['model']}: {rows[0]['shape']}\n{rows[0]['threads']} threads ({rows[0]['entry']})")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")  # the long row titles and the shapes stay whole
     plt.close(fig)
 
 
