@@ -23,6 +23,7 @@ from pathlib import Path
 from lab.provenance import first_line
 
 from lab import highway, ort_headers
+from lab.files import held
 
 PLUGIN_DIR = Path(__file__).resolve().parent
 REPO = PLUGIN_DIR.parent
@@ -93,6 +94,14 @@ def build(*, cuda: str = "AUTO", include_dir: str | None = None, sanitize: bool 
     ]
     if cuda_architectures:  # CMake syntax ("80-real;90"); else the cached value, CMakeLists.txt's default at first
         configure.append(f"-DCMAKE_CUDA_ARCHITECTURES={cuda_architectures}")
+    build_dir.parent.mkdir(parents=True, exist_ok=True)
+    # one build of a build dir at a time: two processes (test workers, two model runs) would write its
+    # CMake cache and build_info.json at once
+    with held(build_dir.parent / f".{build_dir.name}.lock", what=f"building {build_dir}", log=log):
+        return _build_in(build_dir, configure, found, log)
+
+
+def _build_in(build_dir: Path, configure: list[str], found, log) -> Path:
     _run(configure, log=log)
     _run(["cmake", "--build", str(build_dir), "-j", str(os.cpu_count() or 2)], log=log)
     library = build_dir / LIBRARY_NAME
