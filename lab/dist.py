@@ -28,7 +28,7 @@ import zipfile
 from pathlib import Path
 
 from . import docker, highway, matrix, ort_headers, platforms, wheel_stage, wheels
-from .files import shown, write_text_atomic
+from .files import held, shown, write_text_atomic
 
 REPO = Path(__file__).resolve().parent.parent
 WHEEL_TOOLS = REPO / "requirements" / "wheels.txt"
@@ -343,6 +343,14 @@ def build_all(entry_id: str, out: Path, *, kinds=("ort", "torch"), plat: platfor
     if problem:
         raise DistError(problem)
     out = Path(out)
+    # one build of an entry's wheels at a time: their stage and build folders under build/dist/<entry> are
+    # emptied and filled by each (two test workers, or two terminals, would delete each other's files)
+    with held(STAGE_ROOT / f".{entry_id}.lock", what=f"building {entry_id}'s wheels", log=log):
+        return _build_and_move(entry, out, kinds, plat, no_cache, log)
+
+
+def _build_and_move(entry: dict, out: Path, kinds, plat: platforms.Platform, no_cache: bool, log) -> dict:
+    entry_id = entry["id"]
     suffix = "" if plat == platforms.PRIMARY else f"-{plat.machine}"
     records = {}
     for kind in kinds:
