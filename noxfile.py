@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import argparse
-import fcntl
 import hashlib
 import json
 import os
@@ -19,7 +18,7 @@ REPO = Path(__file__).resolve().parent
 sys.path.insert(0, str(REPO))
 
 from lab import matrix  # noqa: E402  (needs the repo on sys.path)
-from lab.files import write_text_atomic  # noqa: E402
+from lab.files import held, write_text_atomic  # noqa: E402
 
 nox.options.default_venv_backend = "venv"
 nox.options.reuse_venv = "yes"
@@ -82,8 +81,7 @@ def _venv(session: nox.Session, entry: dict, *, models: bool = False, also: tupl
     })
     # one session at a time changes the venv (two in two terminals would corrupt it)
     venv.parent.mkdir(parents=True, exist_ok=True)
-    with open(venv.parent / f".{entry['id']}.lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with held(venv.parent / f".{entry['id']}.lock", what=f"changing {venv.relative_to(REPO)}", log=session.log):
         if not python.exists():
             session.log(f"creating the virtualenv every session of entry '{entry['id']}' shares: {venv.relative_to(REPO)}")
             session.run(sys.executable, "-m", "venv", "--clear", str(venv), external=True)
