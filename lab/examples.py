@@ -39,6 +39,24 @@ class ExampleError(RuntimeError):
     pass
 
 
+def compiler_cache_env(copy: Path) -> dict[str, str]:
+    """The environment that compiles in a tree copy through ccache, where it is installed ({} where not).
+    Every copy holds the lab's own ops byte for byte, so only the op made there is compiled anew; the
+    base dir makes the copy's paths relative, so one copy's objects serve the next."""
+    ccache = shutil.which("ccache")
+    if ccache is None:
+        return {}
+    shims = REPO / "build" / "ccache" / "bin"  # c++, g++, cc, gcc as ccache: what torch's build and CMake call
+    shims.mkdir(parents=True, exist_ok=True)
+    for name in ("c++", "g++", "cc", "gcc"):
+        try:
+            (shims / name).symlink_to(ccache)
+        except FileExistsError:
+            pass
+    return {"PATH": f"{shims}{os.pathsep}{os.environ.get('PATH', '')}", "CCACHE_DIR": str(REPO / "build" / "ccache" / "cache"),
+            "CCACHE_BASEDIR": str(copy.resolve()), "CMAKE_CUDA_COMPILER_LAUNCHER": ccache}
+
+
 def tree_copy(dest: Path) -> Path:
     """The checkout's files as a clone would have them (tracked, and untracked but not ignored), without
     results/ and without .git, so that nothing done there reaches the checkout."""
@@ -60,6 +78,7 @@ def _run(copy: Path, *args: str, log=print) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("MYOPS_ORT_PLUGIN", "MYOPS_BUILD_DIR", "PYTHONPATH")}
     # The copy has no .git: its rows carry the checkout's sha and state.
     env.update(MYOPS_GIT_SHA=state["git_sha"] or "", MYOPS_GIT_DIRTY=str(state["git_dirty"]), GIT_DIR="/nonexistent")
+    env.update(compiler_cache_env(copy))
     log(f"[examples] {' '.join(args)}")
     result = subprocess.run([sys.executable, *args], cwd=copy, env=env)
     if result.returncode != 0:

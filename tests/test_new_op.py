@@ -28,8 +28,8 @@ def _env() -> dict:
 
 def _run(copy: Path, *args, timeout=1200, **env) -> subprocess.CompletedProcess:
     # no terminal: the scaffold would otherwise ask for --native under `pytest -s`
-    return subprocess.run([sys.executable, *args], cwd=copy, env={**_env(), **env}, capture_output=True, text=True,
-                          timeout=timeout, stdin=subprocess.DEVNULL)
+    return subprocess.run([sys.executable, *args], cwd=copy, env={**_env(), **examples.compiler_cache_env(copy), **env},
+                          capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
 
 
 @pytest.mark.parametrize("name,message", [
@@ -386,3 +386,21 @@ def test_the_bias_softmax_example_merges_row_sums_by_its_own_rule_and_passes_its
         ran = subprocess.run([sys.executable, "-c", check, path], cwd=copy, capture_output=True, text=True, timeout=600,
                              stdin=subprocess.DEVNULL, env=dict(_env(), MYOPS_CPU_ISA=path))
         assert ran.returncode == 0 and f"masked {path}" in ran.stdout, ran.stdout[-2000:] + ran.stderr[-3000:]
+
+
+def test_tree_copies_share_their_compiled_objects(tmp_path, in_ci):
+    """What makes test_new_op's copies affordable: the same source compiled in two copies through
+    lab.examples.compiler_cache_env is compiled once (the second is a ccache hit)."""
+    if shutil.which("ccache") is None:
+        if in_ci:
+            pytest.fail("ccache is expected on CI machines (.ci/run installs it)")
+        pytest.skip("ccache not installed: tree copies compile everything")
+    for copy in (tmp_path / "a", tmp_path / "b"):
+        copy.mkdir()
+        (copy / "op.cc").write_text("int twice(int x) { return 2 * x; }\n")
+        env = {**os.environ, **examples.compiler_cache_env(copy), "CCACHE_DIR": str(tmp_path / "cache")}
+        subprocess.run(["c++", "-O2", "-c", str(copy / "op.cc"), "-o", str(copy / "op.o")], cwd=copy, env=env, check=True)
+    stats = subprocess.run(["ccache", "--print-stats"], env=env, capture_output=True, text=True, check=True).stdout
+    counts = dict(line.split("\t") for line in stats.splitlines() if "\t" in line)
+    assert int(counts["direct_cache_hit"]) + int(counts["preprocessed_cache_hit"]) == 1, stats
+    assert (tmp_path / "a" / "op.o").read_bytes() == (tmp_path / "b" / "op.o").read_bytes()
