@@ -1,7 +1,9 @@
 """Run in a clean venv holding only onnxruntime, numpy and the myops-ort wheel (python -I: nothing of
 the checkout on the path): every artifact of an artifacts folder through ONNX Runtime with the
 installed plugin, against PyTorch's reference outputs. Then an onnxruntime too old for the library
-must be refused with a message.   python -I plugin_layer2.py ARTIFACTS ATOL"""
+must be refused with a message.   python -I plugin_layer2.py ARTIFACTS ATOL [GLOB]
+(GLOB: only the artifacts whose file name matches it)"""
+import fnmatch
 import json
 import sys
 from pathlib import Path
@@ -12,11 +14,14 @@ import onnxruntime as ort
 import myops_ort
 
 artifacts, atol = Path(sys.argv[1]), float(sys.argv[2])
+pattern = sys.argv[3] if len(sys.argv) > 3 else "*"
 assert "site-packages" in myops_ort.__file__, myops_ort.__file__
 assert {"swish", "rms_norm"} <= set(myops_ort.opspec.OPS), sorted(myops_ort.opspec.OPS)
 manifest = json.loads((artifacts / "manifest.json").read_text())
 checked = []
 for model in manifest["models"]:
+    if not fnmatch.fnmatch(model["file"], pattern):
+        continue
     options = myops_ort.register(ort.SessionOptions())
     session = ort.InferenceSession(str(artifacts / model["file"]), options, providers=["CPUExecutionProvider"])
     with np.load(artifacts / model["inputs"]) as inputs:
