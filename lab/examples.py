@@ -54,7 +54,7 @@ def compiler_cache_env(copy: Path) -> dict[str, str]:
         except FileExistsError:
             pass
     return {"PATH": f"{shims}{os.pathsep}{os.environ.get('PATH', '')}", "CCACHE_DIR": str(REPO / "build" / "ccache" / "cache"),
-            "CCACHE_BASEDIR": str(copy.resolve()), "CMAKE_CUDA_COMPILER_LAUNCHER": ccache}
+            "CCACHE_BASEDIR": str(copy.resolve()), "CCACHE_MAXSIZE": "2G", "CMAKE_CUDA_COMPILER_LAUNCHER": ccache}
 
 
 def tree_copy(dest: Path) -> Path:
