@@ -49,6 +49,9 @@ MODELS = tuple(MODEL_OP)
 # Default-domain opsets each exporter can emit with this torch (TorchScript stops at 20; the
 # dynamo exporter builds at 18 and converts with onnxscript, whose converter spans 18..its max).
 TORCHSCRIPT_MAX_OPSET = 20
+# protobuf serialises no message of 2 GiB or more: a model past this keeps its weights in a data file
+# beside it (<file>.data), as torch.onnx.export and ORT read them; the margin is the graph itself.
+EXTERNAL_DATA_OVER = 2**31 - 2**26
 DYNAMO_MIN_OPSET = 18
 INPUT_NAME, OUTPUT_NAME = "x", "y"
 DYNAMIC_AXES = {0: "batch", 1: "seq"}
@@ -256,9 +259,10 @@ def check_dynamo_usable(opset: int) -> None:
 
 
 def _dynamo_save(model, args: tuple, kwargs: dict, path: Path, *, lowering: str, opset: int, ops, input_names,
-                 output_names, dynamic_shapes, optimize: bool = False) -> None:
+                 output_names, dynamic_shapes, optimize: bool = False, external_data: bool | None = None) -> None:
     """torch.onnx.export(dynamo=True) with every op of `ops` translated, at `opset` (built at >= 18 and
-    converted down), source paths normalised, saved to `path`."""
+    converted down), source paths normalised, saved to `path`: its weights in `<path>.data` where
+    external_data is True, or is None and the model is past EXTERNAL_DATA_OVER."""
     build_opset = max(opset, DYNAMO_MIN_OPSET)
     optimize_arg = {"optimize": True} if optimize and "optimize" in inspect.signature(torch.onnx.export).parameters else {}
     program = torch.onnx.export(
@@ -268,7 +272,14 @@ def _dynamo_save(model, args: tuple, kwargs: dict, path: Path, *, lowering: str,
         verbose=False, **optimize_arg,
     )
     proto = program.model_proto
+    large = proto.ByteSize() > EXTERNAL_DATA_OVER
     built = next(o.version for o in proto.opset_import if o.domain in ("", "ai.onnx"))
+    if large and external_data is False:
+        raise ExportError("the model is past 2 GB, which one ONNX file cannot hold: export it with its weights "
+                          "in a data file beside it (external_data=True, or None to decide by size)")
+    if built != opset and large:
+        raise ExportError(f"a model past 2 GB is exported at opset {built} or above only (onnx's version converter "
+                          f"takes a model under 2 GB): ask for opset {built}")
     if built != opset:
         # Below 18 the dynamo exporter has no implementations, and torch 2.6 builds at 18 whatever
         # opset it is asked for; onnx's own converter (which keeps custom-domain nodes) moves it.
@@ -276,7 +287,17 @@ def _dynamo_save(model, args: tuple, kwargs: dict, path: Path, *, lowering: str,
         proto = onnx.version_converter.convert_version(proto, opset)
         _drop_attributes_the_converter_left(proto, opset)
     normalise_source_paths(proto)
-    onnx.save(proto, str(path))
+    save(proto, path, external_data=large if external_data is None else external_data)
+
+
+def save(proto: onnx.ModelProto, path: Path, *, external_data: bool) -> None:
+    """The model at `path`; with external_data, every tensor of 1 KB or more in one file beside it,
+    `<name>.data`, which the model names by its bare file name (as ORT and torch.onnx.export expect)."""
+    if not external_data:
+        onnx.save(proto, str(path))
+        return
+    onnx.save(proto, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
+              location=f"{path.name}.data", size_threshold=1024)
 
 
 def _drop_attributes_the_converter_left(proto: onnx.ModelProto, opset: int) -> None:

@@ -24,7 +24,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from opspec import DOMAIN, DOMAIN_VERSION
 
-from .export import (EXPORTERS, LOWERINGS, ExportError, _dynamo_save, _quiet, check_dynamo_usable,
+from .export import (EXPORTERS, LOWERINGS, ExportError, _dynamo_save, _quiet, check_dynamo_usable, save,
                      check_torchscript_usable, describe, register_onnx_schemas, torchscript_choice,
                      torchscript_symbolics)
 from .registry import OPS
@@ -41,6 +41,7 @@ class ModelExport:
     outputs: list[str]
     myops_nodes: dict            # myops node type -> count in the file
     graph: str                   # node counts and opset imports (ops.export.describe)
+    external_data: str | None = None  # the weights' file beside the model, where they are kept apart
     torch: str = torch.__version__
     onnx: str = onnx.__version__
     warnings: list[str] = field(default_factory=list)
@@ -127,13 +128,16 @@ def _dims_of(dynamic_shapes: dict | None) -> dict:
 
 def export_model(model: torch.nn.Module, example_inputs, path: str | os.PathLike, *, exporter: str = "dynamo",
                  lowering: str = "custom", opset: int = 18, dynamic_shapes: dict | None = None,
-                 input_names=None, output_names=None) -> ModelExport:
+                 input_names=None, output_names=None, external_data: bool | None = None) -> ModelExport:
     """Export `model` called on `example_inputs` (a tensor, a tuple, or a dict of keyword inputs such as
     {"input_ids": ids, "use_cache": False}) to `path`, check it, and write it atomically.
 
     dynamic_shapes: {input name: {axis: axis name}} (the same names across inputs are one dimension);
     torch.export.Dim objects are taken as they are by the dynamo exporter. Non-tensor keyword inputs
     (use_cache=False) are passed to the model, not made graph inputs.
+
+    external_data: the weights in `<path>.data` beside the file (True), in the file (False), or apart
+    only where the model is past 2 GB, which a single ONNX file cannot hold (None).
     """
     from . import load
 
@@ -164,20 +168,32 @@ def export_model(model: torch.nn.Module, example_inputs, path: str | os.PathLike
             warnings.simplefilter("always")
             if exporter == "dynamo":
                 _dynamo_save(model, args, kwargs, tmp_path, lowering=lowering, opset=opset, ops=OPS.values(),
-                             input_names=names, output_names=output_names,
+                             input_names=names, output_names=output_names, external_data=external_data,
                              dynamic_shapes=_dynamo_shapes(
                                  {signature[names.index(k)]: v for k, v in (dynamic_shapes or {}).items()},
                                  signature + [k for k in kwargs if k not in signature]))
             else:
                 _torchscript_save(model, args, kwargs, tmp_path, lowering=lowering, opset=opset, input_names=names,
                                   output_names=output_names, dynamic_axes=dims)
+                # past 2 GB the TorchScript exporter writes a file per tensor; under, none: one data file either way
+                if external_data or len(list(Path(tmp).iterdir())) > 1:
+                    save(onnx.load(str(tmp_path)), tmp_path, external_data=True)
         proto = onnx.load(str(tmp_path), load_external_data=False)
-        nodes = check_model_graph(proto, lowering=lowering, opset=opset, expected=expected, dynamic=dims)
+        nodes = check_model_graph(proto, lowering=lowering, opset=opset, expected=expected, dynamic=dims,
+                                  path=tmp_path)
         digest = hashlib.sha256(tmp_path.read_bytes()).hexdigest()
+        data = tmp_path.with_name(f"{tmp_path.name}.data")
+        kept_apart = data.exists()
+        if kept_apart:  # an earlier model goes first, then the data, the model last (as ops.fuse writes them)
+            path.unlink(missing_ok=True)
+            os.replace(data, path.with_name(data.name))
         os.replace(tmp_path, path)
+        if not kept_apart:  # an earlier export's weights would only mislead
+            path.with_name(f"{path.name}.data").unlink(missing_ok=True)
     return ModelExport(path=str(path), exporter=exporter, lowering=lowering, opset=opset, sha256=digest,
                        inputs=[i.name for i in proto.graph.input], outputs=[o.name for o in proto.graph.output],
                        myops_nodes=dict(nodes), graph=describe(proto),
+                       external_data=str(path.with_name(f"{path.name}.data")) if kept_apart else None,
                        warnings=sorted({str(w.message).splitlines()[0] for w in caught}))
 
 
@@ -215,12 +231,12 @@ def _torchscript_save(model, args: tuple, kwargs: dict, path: Path, *, lowering:
 
 
 def check_model_graph(proto: onnx.ModelProto, *, lowering: str, opset: int, expected: Counter,
-                      dynamic: dict) -> Counter:
+                      dynamic: dict, path: Path | None = None) -> Counter:
     """Raise ExportError, naming each problem, unless the file is valid and holds one myops node per call;
-    returns the myops node counts."""
+    returns the myops node counts. path: the file, whose data file the checker reads beside it."""
     register_onnx_schemas()
     try:
-        onnx.checker.check_model(proto)
+        onnx.checker.check_model(str(path) if path else proto)
     except onnx.checker.ValidationError as exc:
         raise ExportError(f"onnx.checker rejected the export: {exc}") from exc
     problems = []

@@ -190,6 +190,49 @@ def test_export_model_writes_int_inputs_and_counts_the_swapped_ops(ext, tmp_path
     np.testing.assert_allclose(session.run(None, {"input_ids": other.numpy()})[0], expected, rtol=1e-4, atol=1e-5)
 
 
+def test_export_model_keeps_the_weights_apart_where_asked_and_past_2_gb(ext, tmp_path, plugin_path, monkeypatch):
+    """A model past 2 GB cannot be one ONNX file: its weights go to <file>.data beside it, which ORT reads
+    (here with the limit lowered, as a real one is minutes of export); asked for, a small one too."""
+    import onnx
+    import onnxruntime as ort
+
+    from ops import export
+    from ort_plugin import register
+
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), TeamActivation(1.0), torch.nn.Linear(64, 8))
+    ext.apply(model, declare={TeamActivation: ("swish", {"beta": 1.0})})
+    x = torch.randn(4, 64)
+    path = tmp_path / "team.onnx"
+
+    def runs_as_torch(result):
+        options = ort.SessionOptions()
+        register(options, plugin_path)
+        got = ort.InferenceSession(result.path, options, providers=["CPUExecutionProvider"]).run(None, {"x": x.numpy()})[0]
+        with torch.no_grad():
+            np.testing.assert_allclose(got, model(x).numpy(), rtol=1e-5, atol=1e-6)
+
+    asked = ext.export_model(model, x, path, input_names=["x"], external_data=True)
+    data = tmp_path / "team.onnx.data"
+    assert asked.external_data == str(data) and data.stat().st_size >= 64 * 64 * 4, asked
+    locations = {e.value for t in onnx.load(str(path), load_external_data=False).graph.initializer
+                 for e in t.external_data if e.key == "location"}
+    assert locations == {"team.onnx.data"} and asked.myops_nodes == {"Swish": 1}
+    runs_as_torch(asked)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["team.onnx", "team.onnx.data"]  # no staging left
+    # in one file again: the earlier data file goes with the model that read it
+    whole = ext.export_model(model, x, path, input_names=["x"], external_data=False)
+    assert whole.external_data is None and not data.exists()
+    runs_as_torch(whole)
+    # past the limit: apart by itself; refused in one file, or below opset 18, each saying what to do
+    monkeypatch.setattr(export, "EXTERNAL_DATA_OVER", 10_000)
+    runs_as_torch(ext.export_model(model, x, path, input_names=["x"]))
+    assert data.exists()
+    with pytest.raises(export.ExportError, match="past 2 GB, which one ONNX file cannot hold.*external_data=True"):
+        ext.export_model(model, x, path, input_names=["x"], external_data=False)
+    with pytest.raises(export.ExportError, match="past 2 GB is exported at opset 18 or above only.*ask for opset 18"):
+        ext.export_model(model, x, path, input_names=["x"], opset=17)
+
+
 def test_export_model_says_how_to_avoid_the_kv_cache(ext, tmp_path):
     from ops.export import ExportError
 
@@ -234,19 +277,23 @@ def run_model(spec: str, results: Path, *extra: str) -> subprocess.CompletedProc
 
 # (model, what its rows are labelled by, the ops it holds): gemma's RMSNorm scales by 1 + weight; CLIP's
 # vision tower takes images and its attention's key bias has a gradient that is zero in exact math.
-MODEL_RUNS = [("llama-tiny", "input_ids 1x16", ("RMSNorm", "Swish")), ("qwen2-tiny", "input_ids 1x16", ("RMSNorm", "Swish")),
-              ("gemma-tiny", "input_ids 1x16", ("RMSNorm", "Swish")),
-              ("clip-vision-tiny", "pixel_values 1x3x64x64", ("Swish",))]
+# gemma-tiny's run keeps every model's weights in a data file beside it, as a model past 2 GB is kept.
+MODEL_RUNS = [("llama-tiny", "input_ids 1x16", ("RMSNorm", "Swish"), ()),
+              ("qwen2-tiny", "input_ids 1x16", ("RMSNorm", "Swish"), ()),
+              ("gemma-tiny", "input_ids 1x16", ("RMSNorm", "Swish"), ("--external-data",)),
+              ("clip-vision-tiny", "pixel_values 1x3x64x64", ("Swish",), ())]
 
 
-@pytest.mark.parametrize("family,shape,held", MODEL_RUNS, ids=[m[0] for m in MODEL_RUNS])
-def test_model_run_passes_every_step_and_writes_its_results(ext, plugin_path, tmp_path, family, shape, held):
-    done = run_model(family, tmp_path)
+@pytest.mark.parametrize("family,shape,held,extra", MODEL_RUNS, ids=[m[0] for m in MODEL_RUNS])
+def test_model_run_passes_every_step_and_writes_its_results(ext, plugin_path, tmp_path, family, shape, held, extra):
+    done = run_model(family, tmp_path, *extra)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     out = tmp_path / "cpu" / "models" / family
     steps = (out / "steps.csv").read_text()
     for step in ("patch", "layer 1", "export", "fuse", "layer 2", "graphs"):
         assert f"{step},PASS" in steps
+    apart = [f"{kind}.onnx" in steps and f"(weights in {kind}.onnx.data)" in steps for kind in ("original", "custom")]
+    assert apart == [bool(extra)] * 2, steps
     rows = list(csv.DictReader(open(out / "bench.csv")))
     assert {r["row"] for r in rows} >= {"torch_original", "torch_patched", "ort_original", "ort_decomposed", "ort_custom"}
     assert {r["shape"] for r in rows} == {shape}  # the inputs' real shapes

@@ -122,7 +122,7 @@ def layer1(case, original, patched) -> str:
             f"{worst_grad:.2e} (rtol {GRAD_RTOL}, atol {GRAD_ATOL_OF_MAX} of the model's largest |gradient|, {scale:.2e})")
 
 
-def export_all(case, original, patched, out: Path, *, exporter: str, opset: int) -> dict:
+def export_all(case, original, patched, out: Path, *, exporter: str, opset: int, external_data: bool | None = None) -> dict:
     import torch
 
     from ops.model_export import export_model
@@ -134,9 +134,10 @@ def export_all(case, original, patched, out: Path, *, exporter: str, opset: int)
                                       ("decomposed", patched, "decomposed")):
             started = time.perf_counter()
             result = export_model(model, example, out / f"{kind}.onnx", exporter=exporter, lowering=lowering,
-                                  opset=opset, dynamic_shapes=case.dynamic_shapes)
+                                  opset=opset, dynamic_shapes=case.dynamic_shapes, external_data=external_data)
             files[kind] = result
-            log(f"[model]   {kind:10} {exporter} opset {opset}: myops nodes {result.myops_nodes or 'none'} "
+            apart = f", weights in {Path(result.external_data).name}" if result.external_data else ""
+            log(f"[model]   {kind:10} {exporter} opset {opset}: myops nodes {result.myops_nodes or 'none'}{apart} "
                 f"({time.perf_counter() - started:.0f} s)")
     return files
 
@@ -147,6 +148,7 @@ class FusedFile:
     sha256: str
     outputs: list
     myops_nodes: dict
+    external_data: str | None = None  # fuse writes a model back as it read it: its data file beside it
 
 
 def fuse_exports(files: dict, plugin: str, work: Path) -> str:
@@ -174,8 +176,9 @@ def fuse_exports(files: dict, plugin: str, work: Path) -> str:
         details.append(f"{kind}.onnx: " + ", ".join(result.report.lines()) + f"; {result.proof[-1]}")
         if kind == "original":
             proto = onnx.load(str(target), load_external_data=False)
+            data = target.with_name(f"{target.name}.data")
             files["fused"] = FusedFile(str(target), hashlib.sha256(target.read_bytes()).hexdigest(),
-                                       [o.name for o in proto.graph.output], found)
+                                       [o.name for o in proto.graph.output], found, str(data) if data.exists() else None)
     return "; ".join(details)
 
 
@@ -228,6 +231,9 @@ def graphs(files: dict, plugin: str, threads: int, work: Path) -> list[dict]:
         options.log_severity_level = 3
         options.intra_op_num_threads = threads
         options.optimized_model_filepath = str(optimised)
+        if result.external_data:  # what ORT made of a model past 2 GB must keep its weights apart too
+            options.add_session_config_entry("session.optimized_model_external_initializers_file_name",
+                                             f"{optimised.name}.data")
         register(options, plugin)
         ort.InferenceSession(result.path, options, providers=["CPUExecutionProvider"])
         before = _node_types(onnx.load(result.path, load_external_data=False))
@@ -404,6 +410,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile-runs", type=int, default=10)
     parser.add_argument("--shape", help="batch x seq of the measured rows, e.g. 1x128 (default: the model's)")
     parser.add_argument("--results", type=Path, default=RESULTS)
+    parser.add_argument("--external-data", action="store_true",
+                        help="export with the weights in a data file beside each model (a model past 2 GB always is)")
     args = parser.parse_args(argv)
     if min(args.rounds, args.runs, args.pairs, args.target_processes, args.profile_runs) < 1:
         parser.error("--rounds, --runs, --pairs, --target-processes and --profile-runs must each be at least 1")
@@ -468,10 +476,13 @@ def _run(args) -> int:
     with tempfile.TemporaryDirectory(prefix="model-") as tmp:
         work = Path(tmp)
         try:
-            files = export_all(case, original, patched, work, exporter=args.exporter, opset=args.opset)
+            files = export_all(case, original, patched, work, exporter=args.exporter, opset=args.opset,
+                               external_data=True if args.external_data else None)
         except ExportError as exc:
             raise StepFailed(f"export: {exc}") from None
-        passed("export", "; ".join(f"{kind}.onnx {r.myops_nodes or 'no myops node'}" for kind, r in files.items()))
+        passed("export", "; ".join(f"{kind}.onnx {r.myops_nodes or 'no myops node'}"
+                                   + (f" (weights in {Path(r.external_data).name})" if r.external_data else "")
+                                   for kind, r in files.items()))
         passed("fuse", fuse_exports(files, plugin, work))
         passed("layer 2", layer2(case, original, patched, files, plugin, args.threads))
         graph_rows = graphs(files, plugin, args.threads, work)
