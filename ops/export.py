@@ -272,7 +272,7 @@ def _dynamo_save(model, args: tuple, kwargs: dict, path: Path, *, lowering: str,
         verbose=False, **optimize_arg,
     )
     proto = program.model_proto
-    large = proto.ByteSize() > EXTERNAL_DATA_OVER
+    large = tensor_bytes(proto) > EXTERNAL_DATA_OVER
     built = next(o.version for o in proto.opset_import if o.domain in ("", "ai.onnx"))
     if large and external_data is False:
         raise ExportError("the model is past 2 GB, which one ONNX file cannot hold: export it with its weights "
@@ -288,6 +288,21 @@ def _dynamo_save(model, args: tuple, kwargs: dict, path: Path, *, lowering: str,
         _drop_attributes_the_converter_left(proto, opset)
     normalise_source_paths(proto)
     save(proto, path, external_data=large if external_data is None else external_data)
+
+
+def tensor_bytes(proto: onnx.ModelProto) -> int:
+    """The bytes of the model's initializers and Constant tensors, counted without serialising it:
+    protobuf's upb backend measures a message (ByteSize) by encoding it, which fails past 2 GB."""
+    def size(tensor: onnx.TensorProto) -> int:
+        if tensor.HasField("raw_data"):
+            return len(tensor.raw_data)
+        count = 1
+        for dim in tensor.dims:
+            count *= dim
+        return count * onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
+
+    constants = [a.t for n in proto.graph.node if n.op_type == "Constant" for a in n.attribute if a.HasField("t")]
+    return sum(size(t) for t in [*proto.graph.initializer, *constants])
 
 
 def save(proto: onnx.ModelProto, path: Path, *, external_data: bool) -> None:

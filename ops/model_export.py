@@ -176,7 +176,11 @@ def export_model(model: torch.nn.Module, example_inputs, path: str | os.PathLike
                 _torchscript_save(model, args, kwargs, tmp_path, lowering=lowering, opset=opset, input_names=names,
                                   output_names=output_names, dynamic_axes=dims)
                 # past 2 GB the TorchScript exporter writes a file per tensor; under, none: one data file either way
-                if external_data or len(list(Path(tmp).iterdir())) > 1:
+                past_2_gb = len(list(Path(tmp).iterdir())) > 1
+                if past_2_gb and external_data is False:
+                    raise ExportError("the model is past 2 GB, which one ONNX file cannot hold: export it with its "
+                                      "weights in a data file beside it (external_data=True, or None to decide by size)")
+                if external_data or past_2_gb:
                     save(onnx.load(str(tmp_path)), tmp_path, external_data=True)
         proto = onnx.load(str(tmp_path), load_external_data=False)
         nodes = check_model_graph(proto, lowering=lowering, opset=opset, expected=expected, dynamic=dims,

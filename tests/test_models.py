@@ -213,6 +213,9 @@ def test_export_model_keeps_the_weights_apart_where_asked_and_past_2_gb(ext, tmp
 
     asked = ext.export_model(model, x, path, input_names=["x"], external_data=True)
     data = tmp_path / "team.onnx.data"
+    # the size that decides is the tensors' own, counted without serialising (which fails past 2 GB)
+    weights = 4 * sum(p.numel() for p in model.parameters())
+    assert weights <= export.tensor_bytes(onnx.load(str(path))) < weights + 1024
     assert asked.external_data == str(data) and data.stat().st_size >= 64 * 64 * 4, asked
     locations = {e.value for t in onnx.load(str(path), load_external_data=False).graph.initializer
                  for e in t.external_data if e.key == "location"}
@@ -231,6 +234,11 @@ def test_export_model_keeps_the_weights_apart_where_asked_and_past_2_gb(ext, tmp
         ext.export_model(model, x, path, input_names=["x"], external_data=False)
     with pytest.raises(export.ExportError, match="past 2 GB is exported at opset 18 or above only.*ask for opset 18"):
         ext.export_model(model, x, path, input_names=["x"], opset=17)
+    # the TorchScript exporter: apart where asked, as one file would be its own choice under 2 GB
+    scripted = ext.export_model(model, x, tmp_path / "scripted.onnx", input_names=["x"], exporter="torchscript",
+                                external_data=True)
+    assert scripted.external_data == str(tmp_path / "scripted.onnx.data")
+    runs_as_torch(scripted)
 
 
 def test_export_model_says_how_to_avoid_the_kv_cache(ext, tmp_path):
