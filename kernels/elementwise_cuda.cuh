@@ -1,6 +1,6 @@
 // The elementwise launcher every CUDA op of the lab shares: `op(a[i], b[i])` (b may be absent) over
 // n elements of float, half or bfloat16, computed in float32. A kernel file defines its functors and
-// calls myops_cuda::dispatch (see swish_cuda.cu), or dispatch_many for several inputs and outputs (a
+// calls myops_cuda::dispatch (see kernels/swish_cuda.cu), or dispatch_many for several inputs and outputs (a
 // scaffolded op's kernels). Header templates: each .cu instantiates its own.
 #pragma once
 

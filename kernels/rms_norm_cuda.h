@@ -7,12 +7,12 @@
 
 #include <cuda_runtime_api.h>
 
-#include "swish_cuda.h"  // DType: one storage-type enum for every op's kernels
+#include "cuda_dtype.h"
 
 namespace rms_norm {
 namespace cuda {
 
-using swish::cuda::DType;
+using myops_cuda::DType;
 
 // Both return the launch status (cudaGetLastError) without synchronising.
 cudaError_t forward(const void* x, const void* weight, void* y, int64_t rows, int64_t cols, float eps, DType dtype,

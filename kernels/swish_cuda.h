@@ -7,10 +7,12 @@
 
 #include <cuda_runtime_api.h>
 
+#include "cuda_dtype.h"
+
 namespace swish {
 namespace cuda {
 
-enum class DType { kFloat32, kFloat16, kBFloat16 };
+using myops_cuda::DType;
 
 // Both return the launch status (cudaGetLastError) without synchronising.
 cudaError_t forward(const void* x, void* y, int64_t n, float beta, DType dtype, cudaStream_t stream);

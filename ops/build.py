@@ -14,11 +14,13 @@ import time
 from pathlib import Path
 
 from lab import highway
+from opspec import codegen
 from lab.provenance import first_line
 
 REPO = Path(__file__).resolve().parent.parent
 KERNELS = REPO / "kernels"
 CSRC = Path(__file__).resolve().parent / "csrc"
+ADAPTER_INCLUDES = (CSRC, CSRC / "cuda")  # the generic adapters the generated sources include
 BUILD_ROOT = Path(os.environ.get("MYOPS_BUILD_DIR", REPO / "build" / "ops"))
 LIB_NAME = "myops"
 INFO_FILE = "build_info.json"
@@ -85,7 +87,7 @@ def build(verbose: bool = False) -> Path:
     build_dir = BUILD_ROOT / build_tag(facts)
     build_dir.mkdir(parents=True, exist_ok=True)
 
-    found = source_files()
+    found = source_files(build_dir / "generated")
     sources = found["cpp"]
     if with_cuda:
         sources += found["cuda_ops"] + [_kernels_unit(build_dir, kernel) for kernel in found["cuda_kernels"]]
@@ -94,7 +96,7 @@ def build(verbose: bool = False) -> Path:
     lib = cpp_extension.load(
         name=LIB_NAME,
         sources=[str(s) for s in sources],
-        extra_include_paths=[str(KERNELS), *map(str, highway.include_dirs(REPO, log=lambda m: print(m, file=sys.stderr)))],
+        extra_include_paths=[str(KERNELS), *map(str, ADAPTER_INCLUDES), *map(str, highway.include_dirs(REPO, log=lambda m: print(m, file=sys.stderr)))],
         # No -std here: cpp_extension passes the one torch's headers need (C++20; a later -std=c++17
         # would override it, and torch 2.14's headers no longer compile as C++17).
         extra_cflags=["-O3", *_openmp_flags(), *_path_free_flags(build_dir)],
@@ -131,13 +133,15 @@ def _path_free_flags(build_dir: Path) -> list[str]:
     return [f"-ffile-prefix-map={folder}={name}" for folder, name in maps.items()]
 
 
-def source_files() -> dict[str, list[Path]]:
-    """Every op's sources, found by name: ops/csrc/*.cpp (schema and CPU kernels), ops/csrc/cuda/*.cu
-    (the CUDA adapters) and kernels/*_cuda.cu (the shared CUDA kernels). A new op adds files here and
-    touches no list."""
+def source_files(generated: Path) -> dict[str, list[Path]]:
+    """Every op's sources: the few lines per op of a kind that call the generic adapters, written into
+    `generated` from the declarations (opspec/codegen); hand-written adapters, found by name in
+    ops/csrc/*.cpp and ops/csrc/cuda/*.cu; and kernels/*_cuda.cu (the shared CUDA kernels). A new op
+    adds files and touches no list."""
+    written = codegen.write_torch_sources(generated, generated / "cuda")
     return {
-        "cpp": sorted(CSRC.glob("*.cpp")),
-        "cuda_ops": sorted((CSRC / "cuda").glob("*.cu")),
+        "cpp": written["cpp"] + sorted(CSRC.glob("*.cpp")),
+        "cuda_ops": written["cuda_ops"] + sorted((CSRC / "cuda").glob("*.cu")),
         "cuda_kernels": sorted(KERNELS.glob("*_cuda.cu")),
     }
 

@@ -4,8 +4,9 @@ Each op declares itself in opspec/<name>.py (`SPEC = OpSpec(...)`); this package
 adding an op adds a file and edits none. Both sides read the catalogue: the training side (ops/)
 for names, defaults and models, the inference side (infer/, ort_plugin/, shipped without torch) for
 the inputs a probe must feed and the workloads a benchmark runs. An op's torch parts are declared
-in ops/<name>.py, its ONNX lowerings in ops/<name>_onnx.py, its kernels in kernels/<name>*.h|cu,
-ops/csrc/ and ort_plugin/src/{cpu,cuda}/<name>_op.cc.
+in ops/<name>.py, its ONNX lowerings in ops/<name>_onnx.py, its math in kernels/<name>*.h|cu; an op of
+a kind (`kind=`) gets the extension's adapters from its declaration (opspec/codegen), one without
+has its own in ops/csrc/; the plugin's are ort_plugin/src/{cpu,cuda}/<name>_op.cc.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 
 DOMAIN = "myops"
 DOMAIN_VERSION = 1
+KINDS = (None, "elementwise", "rowwise")
 
 
 @dataclass(frozen=True)
@@ -41,8 +43,19 @@ class OpSpec:
     plugin_only: bool = False   # a plugin kernel with no torch op (the benchmark's Copy floor)
     full_inputs: int = 1        # how many inputs, X first, have X's full shape (a gated op's X and gate: 2)
     outputs: tuple[str, ...] = ("Y",)  # ONNX outputs, each of X's shape (a fused add + norm: Y and the sum)
+    # How its kernels walk the data: "elementwise" (every input X's shape) or "rowwise" (whole rows of the
+    # last axis; inputs after the full-shaped ones are weights of shape [X.shape[-1]]). The generic adapters
+    # (opspec/codegen) serve an op of a kind; None: its adapters are written by hand.
+    kind: str | None = None
+    torch_inputs: dict = field(default_factory=dict)  # ONNX input -> the torch schema's argument, where they differ
 
     def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ValueError(f"OpSpec {self.name!r}: kind={self.kind!r} must be one of {sorted(k for k in KINDS if k)} "
+                             "(or None for an op whose adapters are written by hand)")
+        if self.kind == "elementwise" and self.full_inputs != len(self.inputs):
+            raise ValueError(f"OpSpec {self.name!r}: an elementwise op's inputs all have X's shape: full_inputs="
+                             f"{self.full_inputs} but it has {len(self.inputs)} inputs")
         if not 1 <= self.full_inputs <= len(self.inputs):
             raise ValueError(f"OpSpec {self.name!r}: full_inputs={self.full_inputs} must be 1 to {len(self.inputs)}, "
                              "the count of its inputs that have X's shape")
@@ -72,10 +85,16 @@ class OpSpec:
     def torch_attribute(self, onnx_name: str) -> str:
         return self.torch_attributes.get(onnx_name, onnx_name)
 
+    @property
+    def torch_input_names(self) -> tuple[str, ...]:
+        """The torch schema's tensor arguments: "x", then each other input by its torch name."""
+        return ("x",) + tuple(self.torch_inputs.get(name, name.lower()) for name in self.inputs[1:])
+
 
 def _discover() -> dict[str, OpSpec]:
     found = {}
-    for module in sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_")):
+    # each module is one op's declaration; subpackages (codegen) are tools over them
+    for module in sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_") and not m.ispkg):
         spec = importlib.import_module(f"{__name__}.{module}").SPEC
         if spec.name != module:
             raise ImportError(f"opspec/{module}.py declares the op {spec.name!r}: an op's file is named after it")

@@ -2,7 +2,7 @@
 from . import OpSpec, WorkloadSpec
 
 SPEC = OpSpec(
-    "swish", "Swish", ("X",), {"beta": 1.0},
+    "swish", "Swish", ("X",), {"beta": 1.0}, kind="elementwise",
     workloads=(
         WorkloadSpec("swish", "activation alone"),
         # 403 MB in and out in float32, far beyond any GPU's L2 (50 MB on an H100/H200), so the copy

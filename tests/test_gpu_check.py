@@ -62,16 +62,20 @@ def test_direct_build_cuda_objects_compile(tmp_path, monkeypatch, in_ci):
     generated.write_text("#pragma once\n#define C10_CUDA_BUILD_SHARED_LIBS\n")
     jobs, link, library = build.direct_build_plan("90", nvcc)
     from opspec import TORCH_OPS
+    from opspec.codegen import generic_ops
 
-    # Per op: its CPU source, its CUDA adapter and its shared CUDA kernels (every op of the registry).
-    assert {obj.name for obj in jobs} == {f"{op}{suffix}.o" for op in TORCH_OPS for suffix in ("", "_cuda_op")} | \
-        {f"kernels_{op}_cuda.o" for op in TORCH_OPS}
+    # The library's frame, then per op: its CPU source, its CUDA adapter (written from its declaration,
+    # op_<op>*, for an op of a kind) and its shared CUDA kernels (every op of the registry).
+    generic = {spec.name for spec in generic_ops()}
+    stem = {op: f"op_{op}" if op in generic else op for op in TORCH_OPS}
+    assert {obj.name for obj in jobs} == {f"{stem[op]}{suffix}.o" for op in TORCH_OPS for suffix in ("", "_cuda_op")} | \
+        {f"kernels_{op}_cuda.o" for op in TORCH_OPS} | {"myops_library.o"}
     assert link[0] == nvcc and "-ltorch_cuda" in link and str(library) in link
     # MYOPS_CUDA_OBJECTS_OF=op,...: those ops' objects alone (test_new_op's copy: the scaffolded op's; the
     # lab's own ops are compiled by this test in the checkout)
     only = set(filter(None, os.environ.get("MYOPS_CUDA_OBJECTS_OF", "").split(","))) or set(TORCH_OPS)
     assert only <= set(TORCH_OPS), f"MYOPS_CUDA_OBJECTS_OF names ops the registry lacks: {only - set(TORCH_OPS)}"
-    mine = {f"{op}_cuda_op.o" for op in only} | {f"kernels_{op}_cuda.o" for op in only}
+    mine = {f"{stem[op]}_cuda_op.o" for op in only} | {f"kernels_{op}_cuda.o" for op in only}
     running = [(obj, subprocess.Popen([*command, f"-I{tmp_path / 'generated'}", "-o", str(obj)],
                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
                for obj, command in jobs.items() if obj.name in mine and command[0] == nvcc]
@@ -339,7 +343,9 @@ def test_direct_build_uses_the_standard_of_this_torch(tmp_path):
     from lab.compat import extension_cxx_standard
 
     jobs, _, _ = build.direct_build_plan(None, None)
-    assert len(jobs) == 2  # swish.cpp and rms_norm.cpp
+    from opspec.codegen import generic_ops
+
+    assert len(jobs) == 1 + len(generic_ops())  # the library's frame, each op's schema and CPU kernels
     for command in jobs.values():
         assert f"-std={extension_cxx_standard(torch.__version__)}" in command
     # An nvcc that answers as CUDA 11.8's does: C++20 torch headers cannot be compiled with it.

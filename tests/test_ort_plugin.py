@@ -193,8 +193,13 @@ def test_extension_cuda_source_compiles_with_nvcc(tmp_path, in_ci):
     generated.parent.mkdir(parents=True)
     generated.write_text("#pragma once\n#define C10_CUDA_BUILD_SHARED_LIBS\n")
     repo = Path(__file__).resolve().parent.parent
-    includes = [f"-I{tmp_path / 'generated'}", *[f"-I{p}" for p in include_paths()], f"-I{repo / 'kernels'}"]
-    source = repo / "ops" / "csrc" / "cuda" / "swish_cuda.cu"
+    includes = [f"-I{tmp_path / 'generated'}", *[f"-I{p}" for p in include_paths()], f"-I{repo / 'kernels'}",
+                f"-I{repo / 'ops' / 'csrc' / 'cuda'}"]
+    from opspec import codegen
+
+    # Swish's: the generic elementwise adapter, as the build writes it from the declaration
+    source = codegen.write_torch_sources(tmp_path / "ops", tmp_path / "ops" / "cuda")["cuda_ops"]
+    source = next(path for path in source if path.name == "op_swish_cuda.cu")
     result = subprocess.run(["nvcc", "-std=c++17", "-c", str(source), "-o", str(tmp_path / "swish_cuda.o"),
                              "-gencode=arch=compute_90,code=sm_90", *includes], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-3000:]

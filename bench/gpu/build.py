@@ -39,11 +39,11 @@ def direct_build_plan(arch: str | None, nvcc: str | None) -> tuple[dict[Path, li
     openmp = ops_build._openmp_flags()
     defines = [f"-D_GLIBCXX_USE_CXX11_ABI={facts['cxx11_abi']}", f"-DTORCH_EXTENSION_NAME={ops_build.LIB_NAME}",
                "-DTORCH_API_INCLUDE_EXTENSION_H"]
-    includes = [f"-I{ops_build.KERNELS}"]
+    includes = [f"-I{ops_build.KERNELS}", *(f"-I{folder}" for folder in ops_build.ADAPTER_INCLUDES)]
     for path in _torch_paths(cpp_extension.include_paths, device):
         includes += ["-isystem", path]
     cxx = os.environ.get("CXX", "c++")
-    found = ops_build.source_files()
+    found = ops_build.source_files(out / "generated")
     jobs = {out / f"{source.stem}.o": [cxx, "-c", str(source), "-fPIC", standard, "-O3", *defines, *openmp, *includes]
             for source in found["cpp"]}
     if arch:

@@ -41,8 +41,13 @@ openmp = ["-fopenmp"] if "OpenMP" in backend else []
 site_packages = Path(torch.__file__).resolve().parent.parent
 path_free = [f"-ffile-prefix-map={HERE}=.", f"-ffile-prefix-map={site_packages}=site-packages"]
 
-# As ops/build.py: the ops' CUDA adapters (csrc/cuda/*.cu) and the shared kernels (kernels/*_cuda.cu);
-# setuptools names objects by their paths, so files of one name in two folders do not collide.
+# As ops/build.py: each declared op's few lines over the generic adapters, written here from the vendored
+# catalogue (opspec.codegen), the hand-written adapters (csrc/*.cpp, csrc/cuda/*.cu) and the shared kernels
+# (kernels/*_cuda.cu); setuptools names objects by their paths, so files of one name in two folders do not collide.
+sys.path.insert(0, str(HERE / "myops_torch"))
+from opspec import codegen  # noqa: E402  (the vendored catalogue, found through the path above)
+
+codegen.write_torch_sources(HERE / "csrc", HERE / "csrc" / "cuda")
 sources = sorted(HERE.glob("csrc/*.cpp"))
 if cuda:
     sources += sorted(HERE.glob("csrc/cuda/*.cu")) + sorted(HERE.glob("kernels/*_cuda.cu"))

@@ -1,0 +1,199 @@
+"""The few lines of C++ per op that the generic adapters need, written from the declarations.
+
+An op of a kind (opspec: `kind="elementwise"` or `"rowwise"`) has no adapter files of its own: its schema,
+the functions the dispatcher calls and their registration are written here from its declaration, and
+they call the adapters written once per kind (ops/csrc/adapters.h, ops/csrc/cuda/adapters_cuda.h) with
+the loops of its math header (kernels/<op>.h, kernels/<op>_cuda.h). The builds (ops/build.py, the
+torch wheel's setup.py, bench.gpu's direct build) write these files into their own folders; nothing
+generated is committed. Torch-free, and a subpackage, so that the catalogue's discovery passes it by.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from .. import DOMAIN, OPS, OpSpec
+
+LIBRARY_FILE = "myops_library.cpp"
+HEADER = "// Written by opspec/codegen from opspec/{name}.py: do not edit; edit the declaration.\n"
+
+
+def generic_ops() -> list[OpSpec]:
+    """The ops whose torch adapters are the generic ones, in name order."""
+    return [spec for name, spec in sorted(OPS.items()) if spec.kind and not spec.plugin_only]
+
+
+def _grad_names(spec: OpSpec) -> list[str]:
+    return ["grad"] + [f"grad_{name.lower()}" for name in spec.outputs[1:]]
+
+
+def _returns(count: int) -> tuple[str, str]:
+    """The schema's and C++'s return types of `count` tensors."""
+    if count == 1:
+        return "Tensor", "at::Tensor"
+    return "(" + ", ".join(["Tensor"] * count) + ")", "std::tuple<" + ", ".join(["at::Tensor"] * count) + ">"
+
+
+def schemas(spec: OpSpec) -> tuple[str, str]:
+    """The forward's and the backward's torch schemas: tensors by their torch names, then each float
+    attribute (the forward's with its default)."""
+    tensors = [f"Tensor {name}" for name in spec.torch_input_names]
+    forward_attributes = [f"float {spec.torch_attribute(name)}={float(value)!r}" for name, value in spec.attributes.items()]
+    attributes = [f"float {spec.torch_attribute(name)}" for name in spec.attributes]
+    grads = [f"Tensor {name}" for name in _grad_names(spec)]
+    forward = f"{spec.name}({', '.join(tensors + forward_attributes)}) -> {_returns(len(spec.outputs))[0]}"
+    backward = f"{spec.name}_backward({', '.join(grads + tensors + attributes)}) -> {_returns(len(spec.inputs))[0]}"
+    return forward, backward
+
+
+def _signature(function: str, tensors: list[str], attributes: list[str], returns: int) -> str:
+    params = [f"const at::Tensor& {name}" for name in tensors] + [f"double {name}" for name in attributes]
+    return f"{_returns(returns)[1]} {function}({', '.join(params)})"
+
+
+def _result(count: int) -> str:
+    if count == 1:
+        return "return result[0];"
+    return "return {" + ", ".join(f"result[{k}]" for k in range(count)) + "};"
+
+
+def _list(items) -> str:
+    return "{" + ", ".join(items) + "}"
+
+
+def _names(items) -> str:
+    return _list(f'"{item}"' for item in items)
+
+
+def _pointers(prefix: str, start: int, count: int) -> list[str]:
+    return [f"{prefix}[{k}]" for k in range(start, start + count)]
+
+
+class _Op:
+    """What each generated function of one op needs, from its declaration."""
+
+    def __init__(self, spec: OpSpec):
+        self.spec = spec
+        self.inputs = list(spec.torch_input_names)
+        self.full = spec.full_inputs
+        self.weights = len(self.inputs) - self.full
+        self.outputs = len(spec.outputs)
+        self.grads = _grad_names(spec)
+        self.attributes = [spec.torch_attribute(name) for name in spec.attributes]
+
+    def cpu(self) -> str:
+        spec, name = self.spec, self.spec.name
+        values = [f"a[{k}]" for k in range(len(self.attributes))]
+        attrs = _list(self.attributes)
+        n_in, n_out, n_a = len(self.inputs), self.outputs, len(self.attributes)
+        if spec.kind == "elementwise":
+            forward_call = (f"adapters::elementwise<{n_in}, {n_out}, {n_a}>(\"{name}\", {_names(self.inputs)}, 0, "
+                            f"{_list(self.inputs)}, {attrs},\n      [](const auto& in, const auto& out, int64_t n, const auto& a) "
+                            f"{{ {name}::forward_span({', '.join(_pointers('in', 0, n_in) + _pointers('out', 0, n_out) + ['n'] + values)}); }})")
+            backward_call = (f"adapters::elementwise<{n_out + n_in}, {n_in}, {n_a}>(\"{name}_backward\", "
+                             f"{_names(self.grads + self.inputs)}, {n_out}, {_list(self.grads + self.inputs)}, {attrs},\n"
+                             f"      [](const auto& in, const auto& out, int64_t n, const auto& a) {{ {name}::backward_span("
+                             f"{', '.join(_pointers('in', 0, n_out + n_in) + _pointers('out', 0, n_in) + ['n'] + values)}); }})")
+        else:
+            forward_call = (f"adapters::rowwise<{n_in}, {self.full}, {n_out}, 0, {n_a}>(\"{name}\", {_names(self.inputs)}, 0, "
+                            f"{_list(self.inputs)}, {attrs},\n      [](const auto& in, const auto& out, int64_t rows, int64_t cols, "
+                            f"const auto& a) {{ {name}::forward_rows("
+                            f"{', '.join(_pointers('in', 0, n_in) + _pointers('out', 0, n_out) + ['rows', 'cols'] + values)}); }})")
+            backward_call = (f"adapters::rowwise<{n_out + n_in}, {n_out + self.full}, {self.full}, {self.weights}, {n_a}>("
+                             f"\"{name}_backward\", {_names(self.grads + self.inputs)}, {n_out}, "
+                             f"{_list(self.grads + self.inputs)}, {attrs},\n      [](const auto& in, const auto& out, "
+                             f"int64_t rows, int64_t cols, const auto& a) {{ {name}::backward_rows("
+                             f"{', '.join(_pointers('in', 0, n_out + n_in) + _pointers('out', 0, n_in) + ['rows', 'cols'] + values)}); }})")
+        forward, backward = schemas(spec)
+        return (HEADER.format(name=name) +
+                f'// myops::{name} ({spec.kind}) for PyTorch: its schema and CPU kernels, the loops of kernels/{name}.h.\n'
+                '#include <torch/library.h>\n\n'
+                '#include <tuple>\n\n'
+                '#include "adapters.h"\n'
+                f'#include "{name}.h"\n\n'
+                'namespace myops {\nnamespace {\n\n'
+                f"{_signature(f'{name}_cpu', self.inputs, self.attributes, n_out)} {{\n"
+                f"  const auto result = {forward_call};\n  {_result(n_out)}\n}}\n\n"
+                f"{_signature(f'{name}_backward_cpu', self.grads + self.inputs, self.attributes, n_in)} {{\n"
+                f"  const auto result = {backward_call};\n  {_result(n_in)}\n}}\n\n"
+                '}  // namespace\n\n'
+                f'TORCH_LIBRARY_FRAGMENT({DOMAIN}, m) {{\n  m.def("{forward}");\n  m.def("{backward}");\n}}\n\n'
+                f'TORCH_LIBRARY_IMPL({DOMAIN}, CPU, m) {{\n  m.impl("{name}", &{name}_cpu);\n'
+                f'  m.impl("{name}_backward", &{name}_backward_cpu);\n}}\n\n'
+                '}  // namespace myops\n')
+
+    def cuda(self) -> str:
+        spec, name = self.spec, self.spec.name
+        values = [f"static_cast<float>({attribute})" for attribute in self.attributes]
+        n_in, n_out = len(self.inputs), self.outputs
+        tail = ["dtype", "stream"]
+        if spec.kind == "elementwise":
+            params = "const auto& in, const auto& out, int64_t n, myops_cuda::DType dtype, cudaStream_t stream"
+            forward_call = (f"cuda_adapters::elementwise<{n_in}, {n_out}>(\"{name}\", {_names(self.inputs)}, 0, "
+                            f"{_list(self.inputs)},\n      [&]({params}) {{ return {name}::cuda::forward("
+                            f"{', '.join(_pointers('in', 0, n_in) + _pointers('out', 0, n_out) + ['n'] + values + tail)}); }})")
+            backward_call = (f"cuda_adapters::elementwise<{n_out + n_in}, {n_in}>(\"{name}_backward\", "
+                             f"{_names(self.grads + self.inputs)}, {n_out}, {_list(self.grads + self.inputs)},\n"
+                             f"      [&]({params}) {{ return {name}::cuda::backward("
+                             f"{', '.join(_pointers('in', 0, n_out + n_in) + _pointers('out', 0, n_in) + ['n'] + values + tail)}); }})")
+        else:
+            params = ("const auto& in, const auto& out, float* workspace, int64_t rows, int64_t cols, "
+                      "myops_cuda::DType dtype, cudaStream_t stream")
+            forward_call = (f"cuda_adapters::rowwise<{n_in}, {self.full}, {n_out}, 0>(\"{name}\", {_names(self.inputs)}, 0, "
+                            f"{_list(self.inputs)}, cuda_adapters::no_workspace,\n      [&]({params}) {{ (void)workspace; "
+                            f"return {name}::cuda::forward("
+                            f"{', '.join(_pointers('in', 0, n_in) + _pointers('out', 0, n_out) + ['rows', 'cols'] + values + tail)}); }})")
+            backward_call = (f"cuda_adapters::rowwise<{n_out + n_in}, {n_out + self.full}, {self.full}, {self.weights}>("
+                             f"\"{name}_backward\", {_names(self.grads + self.inputs)}, {n_out}, "
+                             f"{_list(self.grads + self.inputs)}, {name}::cuda::backward_workspace_floats,\n"
+                             f"      [&]({params}) {{ return {name}::cuda::backward("
+                             f"{', '.join(_pointers('in', 0, n_out + n_in) + _pointers('out', 0, n_in) + ['workspace', 'rows', 'cols'] + values + tail)}); }})")
+        return (HEADER.format(name=name) +
+                f'// myops::{name} ({spec.kind}) for PyTorch on CUDA: the launchers of kernels/{name}_cuda.h on\n'
+                "// PyTorch's current stream.\n"
+                '#include <torch/library.h>\n\n'
+                '#include <tuple>\n\n'
+                '#include "adapters_cuda.h"\n'
+                f'#include "{name}_cuda.h"\n\n'
+                'namespace myops {\n'
+                f'namespace __attribute__((visibility("hidden"))) {name}_cuda_adapter {{\n\n'
+                f"{_signature(f'{name}_cuda', self.inputs, self.attributes, n_out)} {{\n"
+                f"  const auto result = {forward_call};\n  {_result(n_out)}\n}}\n\n"
+                f"{_signature(f'{name}_backward_cuda', self.grads + self.inputs, self.attributes, n_in)} {{\n"
+                f"  const auto result = {backward_call};\n  {_result(n_in)}\n}}\n\n"
+                f'}}  // namespace {name}_cuda_adapter\n\n'
+                f'TORCH_LIBRARY_IMPL({DOMAIN}, CUDA, m) {{\n  m.impl("{name}", &{name}_cuda_adapter::{name}_cuda);\n'
+                f'  m.impl("{name}_backward", &{name}_cuda_adapter::{name}_backward_cuda);\n}}\n\n'
+                '}  // namespace myops\n')
+
+
+LIBRARY_TEXT = ("// Written by opspec/codegen: the myops library itself. Each op's file adds its schema\n"
+                "// (TORCH_LIBRARY_FRAGMENT) and kernels.\n"
+                "#include <torch/library.h>\n\n"
+                f"TORCH_LIBRARY({DOMAIN}, m) {{}}\n")
+
+
+def _write(path: Path, text: str) -> Path:
+    """Rewritten only when its text changes: ninja and make go by modification time."""
+    if not path.exists() or path.read_text() != text:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    return path
+
+
+def write_torch_sources(cpp_folder: Path, cuda_folder: Path) -> dict[str, list[Path]]:
+    """The library's frame and each generic op's schema, CPU and CUDA functions, written into these
+    folders (files of earlier ops that are gone are removed); returns {"cpp": [...], "cuda_ops": [...]}."""
+    ops = generic_ops()
+    cpp = [_write(cpp_folder / LIBRARY_FILE, LIBRARY_TEXT)]
+    cuda = []
+    for spec in ops:
+        op = _Op(spec)
+        cpp.append(_write(cpp_folder / f"op_{spec.name}.cpp", op.cpu()))
+        cuda.append(_write(cuda_folder / f"op_{spec.name}_cuda.cu", op.cuda()))
+    for folder, keep, pattern in ((cpp_folder, cpp, "op_*.cpp"), (cuda_folder, cuda, "op_*_cuda.cu")):
+        for stale in set(folder.glob(pattern)) - set(keep):
+            stale.unlink()
+    return {"cpp": cpp, "cuda_ops": cuda}
