@@ -91,6 +91,8 @@ def _check(name: str, onnx_type: str, repo: Path) -> None:
         raise ScaffoldError(f"{name!r} ends in _backward, the suffix of every op's gradient op: choose another name")
     if not ONNX_TYPE_PATTERN.fullmatch(onnx_type):
         raise ScaffoldError(f"ONNX op type {onnx_type!r}: use CamelCase starting with a capital (e.g. FastGelu)")
+    if (repo / "opspec" / name).is_dir():
+        raise ScaffoldError(f"{name!r} is a package of opspec/ (its tools, not an op): choose another name")
     taken = {p.stem for p in (repo / "opspec").glob("*.py")}
     if name in taken:
         raise ScaffoldError(f"an op named {name!r} exists already (opspec/{name}.py): choose another name")

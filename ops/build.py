@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 
 from lab import highway
-from opspec import codegen
 from lab.provenance import first_line
+from opspec import TORCH_OPS, codegen
 
 REPO = Path(__file__).resolve().parent.parent
 KERNELS = REPO / "kernels"
@@ -142,8 +142,13 @@ def source_files(generated: Path) -> dict[str, list[Path]]:
     return {
         "cpp": written["cpp"] + sorted(CSRC.glob("*.cpp")),
         "cuda_ops": written["cuda_ops"] + sorted((CSRC / "cuda").glob("*.cu")),
-        "cuda_kernels": sorted(KERNELS.glob("*_cuda.cu")),
+        "cuda_kernels": torch_cuda_kernels(KERNELS),
     }
+
+
+def torch_cuda_kernels(kernels: Path) -> list[Path]:
+    """kernels/<op>_cuda.cu of each torch op (a plugin-only op's, the Copy floor's, is the plugin's alone)."""
+    return sorted(path for path in kernels.glob("*_cuda.cu") if path.name[:-len("_cuda.cu")] in TORCH_OPS)
 
 
 def _kernels_unit(build_dir: Path, kernel: Path) -> Path:

@@ -17,6 +17,14 @@ from dataclasses import dataclass, field
 DOMAIN = "myops"
 DOMAIN_VERSION = 1
 KINDS = (None, "elementwise", "rowwise")
+# Names the generated adapters (opspec.codegen) use for their own values, and C++ keywords a torch name
+# could be: an op's inputs and attributes may not be called so.
+GENERATED_RESERVED = frozenset({
+    "a", "in", "out", "n", "rows", "cols", "workspace", "dtype", "stream", "result", "m", "at", "std", "myops",
+    "auto", "bool", "char", "class", "const", "default", "delete", "do", "double", "enum", "float", "int", "long",
+    "new", "operator", "private", "public", "register", "short", "signed", "static", "struct", "switch", "template",
+    "this", "typename", "union", "unsigned", "using", "virtual", "void", "volatile",
+})
 
 
 @dataclass(frozen=True)
@@ -45,7 +53,8 @@ class OpSpec:
     outputs: tuple[str, ...] = ("Y",)  # ONNX outputs, each of X's shape (a fused add + norm: Y and the sum)
     # How its kernels walk the data: "elementwise" (every input X's shape) or "rowwise" (whole rows of the
     # last axis; inputs after the full-shaped ones are weights of shape [X.shape[-1]]). The generic adapters
-    # (opspec/codegen) serve an op of a kind; None: its adapters are written by hand.
+    # (ops/csrc, ort_plugin/src, called by the few lines opspec/codegen writes) serve an op of a kind;
+    # None: its adapters are written by hand.
     kind: str | None = None
     torch_inputs: dict = field(default_factory=dict)  # ONNX input -> the torch schema's argument, where they differ
 
@@ -56,6 +65,8 @@ class OpSpec:
         if self.kind == "elementwise" and self.full_inputs != len(self.inputs):
             raise ValueError(f"OpSpec {self.name!r}: an elementwise op's inputs all have X's shape: full_inputs="
                              f"{self.full_inputs} but it has {len(self.inputs)} inputs")
+        if self.kind:
+            self._check_generated_names()
         if not 1 <= self.full_inputs <= len(self.inputs):
             raise ValueError(f"OpSpec {self.name!r}: full_inputs={self.full_inputs} must be 1 to {len(self.inputs)}, "
                              "the count of its inputs that have X's shape")
@@ -66,6 +77,26 @@ class OpSpec:
         if len(set(names)) != len(names):
             raise ValueError(f"OpSpec {self.name!r}: its inputs {self.inputs} and outputs {self.outputs} must have "
                              "distinct names (case aside; 'x' and 'y' are the first input's and output's graph names)")
+
+    def _check_generated_names(self) -> None:
+        """The names opspec.codegen writes into C++: identifiers, apart, none it uses itself."""
+        unknown = set(self.torch_inputs) - set(self.inputs[1:])
+        if unknown:
+            raise ValueError(f"OpSpec {self.name!r}: torch_inputs names {sorted(unknown)}, which are not among its "
+                             f"inputs after X {list(self.inputs[1:])}")
+        not_float = [name for name, value in self.attributes.items()
+                     if isinstance(value, bool) or not isinstance(value, (int, float))]
+        if not_float:
+            raise ValueError(f"OpSpec {self.name!r}: attributes {not_float} need a number as their default (an op of "
+                             "a kind takes float attributes)")
+        grads = ["grad"] + [f"grad_{name.lower()}" for name in self.outputs[1:]]
+        names = [*self.torch_input_names, *(self.torch_attribute(a) for a in self.attributes)]
+        bad = [n for n in names if not n.isidentifier() or n in GENERATED_RESERVED or n.startswith("grad")]
+        if bad or len(set(names + grads)) != len(names + grads):
+            raise ValueError(f"OpSpec {self.name!r}: its torch input and attribute names {names} must be distinct "
+                             f"identifiers, none starting with 'grad' and none of {sorted(GENERATED_RESERVED)} "
+                             f"(the generated adapters use those); rename {bad or names} with torch_inputs= or "
+                             "torch_attributes=")
 
     @property
     def graph_inputs(self) -> tuple[str, ...]:

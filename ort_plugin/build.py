@@ -89,6 +89,8 @@ def build(*, cuda: str = "AUTO", include_dir: str | None = None, sanitize: bool 
         "-DCMAKE_BUILD_TYPE=Release", f"-DORT_INCLUDE_DIR={found.include_dir}", f"-DMYOPS_CUDA={cuda}",
         # Always explicit, so a hand-set cache value cannot turn a normal build dir into a sanitized one.
         f"-DMYOPS_SANITIZE={SANITIZERS if sanitize else ''}",
+        # the interpreter that writes the declared ops' sources (opspec.codegen): this one
+        f"-DPython3_EXECUTABLE={sys.executable}",
         # An op whose CPU kernels build on Highway (kernels/<op>_vec-inl.h): its pinned headers.
         *[f"-DHWY_INCLUDE_DIR={path}" for path in highway.include_dirs(REPO, log=log)],
     ]

@@ -52,11 +52,14 @@ def perturbed_plugin(tmp_path_factory):
     work = tmp_path_factory.mktemp("perturbed")
     shutil.copytree(repo / "kernels", work / "kernels")
     shutil.copytree(repo / "ort_plugin", work / "ort_plugin", ignore=shutil.ignore_patterns("__pycache__"))
-    # In the plugin's CPU op rather than in the math: every ISA path of kernels/swish.h sees it.
-    op = work / "ort_plugin" / "src" / "cpu" / "swish_op.cc"
-    source = op.read_text()
-    assert "RunSpans<&swish::forward_span>(context, beta);" in source
-    op.write_text(source.replace("(context, beta);", "(context, beta * 1.001f);"))
+    shutil.copytree(repo / "opspec", work / "opspec", ignore=shutil.ignore_patterns("__pycache__"))
+    # In the plugin's CPU kernel of elementwise ops rather than in the math: every ISA path of kernels/swish.h
+    # sees beta a little off (the Copy floor, with no attribute, is untouched).
+    kernels = work / "ort_plugin" / "src" / "cpu" / "declared_ops.h"
+    source = kernels.read_text()
+    exact = "const auto& values = attributes;"
+    assert source.count(exact) == 2, "ElementwiseKernel's line, then RowwiseKernel's"
+    kernels.write_text(source.replace(exact, "auto values = attributes;\n      for (auto& v : values) v *= 1.001f;", 1))
     include = resolve(log=lambda m: None).include_dir
     subprocess.run(["cmake", "-S", str(work / "ort_plugin"), "-B", str(work / "build"), f"-DORT_INCLUDE_DIR={include}",
                     "-DMYOPS_CUDA=OFF"], check=True, capture_output=True)

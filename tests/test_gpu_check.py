@@ -65,11 +65,11 @@ def test_direct_build_cuda_objects_compile(tmp_path, monkeypatch, in_ci):
     from opspec.codegen import generic_ops
 
     # The library's frame, then per op: its CPU source, its CUDA adapter (written from its declaration,
-    # op_<op>*, for an op of a kind) and its shared CUDA kernels (every op of the registry).
+    # declared-<op>*, for an op of a kind) and its shared CUDA kernels (every op of the registry).
     generic = {spec.name for spec in generic_ops()}
-    stem = {op: f"op_{op}" if op in generic else op for op in TORCH_OPS}
+    stem = {op: f"declared-{op}" if op in generic else op for op in TORCH_OPS}
     assert {obj.name for obj in jobs} == {f"{stem[op]}{suffix}.o" for op in TORCH_OPS for suffix in ("", "_cuda_op")} | \
-        {f"kernels_{op}_cuda.o" for op in TORCH_OPS} | {"myops_library.o"}
+        {f"kernels_{op}_cuda.o" for op in TORCH_OPS} | {"declared-library.o"}
     assert link[0] == nvcc and "-ltorch_cuda" in link and str(library) in link
     # MYOPS_CUDA_OBJECTS_OF=op,...: those ops' objects alone (test_new_op's copy: the scaffolded op's; the
     # lab's own ops are compiled by this test in the checkout)

@@ -199,7 +199,7 @@ def test_extension_cuda_source_compiles_with_nvcc(tmp_path, in_ci):
 
     # Swish's: the generic elementwise adapter, as the build writes it from the declaration
     source = codegen.write_torch_sources(tmp_path / "ops", tmp_path / "ops" / "cuda")["cuda_ops"]
-    source = next(path for path in source if path.name == "op_swish_cuda.cu")
+    source = next(path for path in source if path.name == "declared-swish_cuda.cu")
     result = subprocess.run(["nvcc", "-std=c++17", "-c", str(source), "-o", str(tmp_path / "swish_cuda.o"),
                              "-gencode=arch=compute_90,code=sm_90", *includes], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-3000:]

@@ -7,7 +7,8 @@
 //                backward_span(grads..., inputs..., input grads..., n, attributes...)
 //   rowwise      forward_rows(full inputs..., weights..., outputs..., rows, cols, attributes...)
 //                backward_rows(grads..., full inputs..., weights..., their grads..., rows, cols, attributes...)
-//                (the weights' grads are added to: each block of rows gets zeroed rows of its own)
+//                backward_rows adds (+=) into the weights' grads: each block of rows gets a zeroed row of
+//                its own, and the blocks' rows are summed in block order (the same result on any thread count)
 #pragma once
 
 #include <ATen/Dispatch.h>
@@ -23,7 +24,8 @@
 #include "dtype_name.h"
 
 namespace myops {
-namespace adapters {
+// hidden, as the anonymous namespaces of hand-written adapters are: nothing here is the library's API
+namespace __attribute__((visibility("hidden"))) adapters {
 
 // Values per task: below this the thread hand-off costs more than the work.
 constexpr int64_t kGrainValues = 32768;
@@ -47,7 +49,7 @@ inline void check_like(const char* op, const char* name, const at::Tensor& t, co
   TORCH_CHECK(t.scalar_type() == x.scalar_type(), "myops::", op, ": ", name, " must have ", x_name, "'s dtype torch.",
               dtype_name(x.scalar_type()), "; got torch.", dtype_name(t.scalar_type()));
   TORCH_CHECK(t.sizes() == x.sizes(), "myops::", op, ": ", name, " must have ", x_name, "'s shape ", x.sizes(),
-              " (elementwise, no broadcasting); got ", t.sizes());
+              " (no broadcasting); got ", t.sizes());
   TORCH_CHECK(t.device() == x.device(), "myops::", op, ": ", name, " must be on ", x_name, "'s device ", x.device(),
               "; got ", t.device());
 }
@@ -83,15 +85,16 @@ Tensors<kOut> elementwise(const char* op, const Names<kIn>& names, size_t x_inde
   const at::Tensor& x = in[x_index];
   Tensors<kOut> out;
   for (auto& t : out) t = at::empty_like(x, at::MemoryFormat::Contiguous);
+  // the dispatch's name must be a literal; the checks above have named the op already
   AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "myops::adapters", [&] {
     std::array<scalar_t, kAttr> values;
     for (size_t k = 0; k < kAttr; ++k) values[k] = static_cast<scalar_t>(attributes[k]);
     at::parallel_for(0, x.numel(), kGrainValues, [&](int64_t begin, int64_t end) {
       std::array<const scalar_t*, kIn> ip;
-      std::array<scalar_t*, kOut> op_;
+      std::array<scalar_t*, kOut> outp;
       for (size_t k = 0; k < kIn; ++k) ip[k] = in[k].template const_data_ptr<scalar_t>() + begin;
-      for (size_t k = 0; k < kOut; ++k) op_[k] = out[k].template mutable_data_ptr<scalar_t>() + begin;
-      span(ip, op_, end - begin, values);
+      for (size_t k = 0; k < kOut; ++k) outp[k] = out[k].template mutable_data_ptr<scalar_t>() + begin;
+      span(ip, outp, end - begin, values);
     });
   });
   return out;
@@ -122,20 +125,21 @@ Tensors<kOutFull + kOutWeights> rowwise(const char* op, const Names<kIn>& names,
   const int64_t blocks = kOutWeights == 0 ? 0 : std::max<int64_t>(1, std::min<int64_t>(kMaxBlocks, rows));
   std::array<at::Tensor, kOutWeights> partial;
   for (auto& t : partial) t = at::zeros({blocks, cols}, x.options());
+  // the dispatch's name must be a literal; the checks above have named the op already
   AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "myops::adapters", [&] {
     std::array<scalar_t, kAttr> values;
     for (size_t k = 0; k < kAttr; ++k) values[k] = static_cast<scalar_t>(attributes[k]);
     auto run = [&](int64_t begin, int64_t count, int64_t block) {
       std::array<const scalar_t*, kIn> ip;
-      std::array<scalar_t*, kOutFull + kOutWeights> op_;
+      std::array<scalar_t*, kOutFull + kOutWeights> outp;
       for (size_t k = 0; k < kIn; ++k) {
         ip[k] = in[k].template const_data_ptr<scalar_t>() + (k < kFull ? begin * cols : 0);
       }
-      for (size_t k = 0; k < kOutFull; ++k) op_[k] = out[k].template mutable_data_ptr<scalar_t>() + begin * cols;
+      for (size_t k = 0; k < kOutFull; ++k) outp[k] = out[k].template mutable_data_ptr<scalar_t>() + begin * cols;
       for (size_t k = 0; k < kOutWeights; ++k) {
-        op_[kOutFull + k] = partial[k].template mutable_data_ptr<scalar_t>() + block * cols;
+        outp[kOutFull + k] = partial[k].template mutable_data_ptr<scalar_t>() + block * cols;
       }
-      rows_fn(ip, op_, count, cols, values);
+      rows_fn(ip, outp, count, cols, values);
     };
     if (kOutWeights == 0) {
       const int64_t rows_per_task = std::max<int64_t>(1, kGrainValues / std::max<int64_t>(cols, 1));

@@ -14,7 +14,10 @@ from pathlib import Path
 
 from .. import DOMAIN, OPS, OpSpec
 
-LIBRARY_FILE = "myops_library.cpp"
+# "declared-": a name no op's own file can have (op names are identifiers), so that the builds may keep
+# these beside hand-written adapters, and an earlier build's leftovers are known by it.
+PREFIX = "declared-"
+LIBRARY_FILE = f"{PREFIX}library.cpp"
 HEADER = "// Written by opspec/codegen from opspec/{name}.py: do not edit; edit the declaration.\n"
 
 
@@ -177,7 +180,7 @@ def _write(path: Path, text: str) -> Path:
     """Rewritten only when its text changes: ninja and make go by modification time."""
     if not path.exists() or path.read_text() != text:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # two builds of one checkout may write at once
         tmp.write_text(text)
         os.replace(tmp, path)
     return path
@@ -191,9 +194,92 @@ def write_torch_sources(cpp_folder: Path, cuda_folder: Path) -> dict[str, list[P
     cuda = []
     for spec in ops:
         op = _Op(spec)
-        cpp.append(_write(cpp_folder / f"op_{spec.name}.cpp", op.cpu()))
-        cuda.append(_write(cuda_folder / f"op_{spec.name}_cuda.cu", op.cuda()))
-    for folder, keep, pattern in ((cpp_folder, cpp, "op_*.cpp"), (cuda_folder, cuda, "op_*_cuda.cu")):
+        cpp.append(_write(cpp_folder / f"{PREFIX}{spec.name}.cpp", op.cpu()))
+        cuda.append(_write(cuda_folder / f"{PREFIX}{spec.name}_cuda.cu", op.cuda()))
+    for folder, keep, pattern in ((cpp_folder, cpp, f"{PREFIX}*.cpp"), (cuda_folder, cuda, f"{PREFIX}*_cuda.cu")):
         for stale in set(folder.glob(pattern)) - set(keep):
-            stale.unlink()
+            stale.unlink(missing_ok=True)
     return {"cpp": cpp, "cuda_ops": cuda}
+
+
+# ---------------------------------------------------------------- the ORT plugin
+
+# The element types each execution provider's kernels of a declared op take (ORT's CUDA EP: float16 too).
+PLUGIN_TYPES = {"cpu": ("float32",), "cuda": ("float32", "float16")}
+_ORT_TYPES = {"float32": "ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT", "float16": "ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16"}
+_PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
+
+
+def plugin_ops() -> list[OpSpec]:
+    """The ops whose plugin kernels are the generic ones, in name order (plugin-only ones included)."""
+    return [spec for name, spec in sorted(OPS.items()) if spec.kind]
+
+
+def _braced(items: str) -> str:
+    """A std::array's initializer: {{a, b}}, or {} for no items."""
+    return "{}" if items == "{}" else "{" + items + "}"
+
+
+def _float(value) -> str:
+    return f"{float(value)!r}f"
+
+
+def _plugin_source(spec: OpSpec, provider: str) -> str:
+    inputs, outputs, attributes = len(spec.inputs), len(spec.outputs), len(spec.attributes)
+    values = [f"a[{k}]" for k in range(attributes)]
+    pointers = _pointers("in", 0, inputs) + _pointers("out", 0, outputs)
+    extent = ["n"] if spec.kind == "elementwise" else ["rows", "cols"]
+    extent_params = ", ".join(f"int64_t {name}" for name in extent)
+    a = "const A& a" if attributes else "const A&"  # unnamed where unused: -Wextra
+    if provider == "cpu":
+        call = f"{spec.name}::{'forward_span' if spec.kind == 'elementwise' else 'forward_rows'}"
+        member = (f"  // the loops of kernels/{spec.name}.h\n  struct Forward {{\n"
+                  f"    template <class In, class Out, class A>\n"
+                  f"    void operator()(const In& in, const Out& out, {extent_params}, {a}) const {{\n"
+                  f"      {call}({', '.join(pointers + extent + values)});\n    }}\n  }};\n")
+        include, kernel = f'#include "{spec.name}.h"', "ElementwiseKernel" if spec.kind == "elementwise" else "RowwiseKernel"
+    else:
+        member = (f"  // the launcher of kernels/{spec.name}_cuda.h\n  struct Launch {{\n"
+                  f"    template <class In, class Out, class A>\n"
+                  f"    cudaError_t operator()(const In& in, const Out& out, {extent_params}, {a}, "
+                  "myops_cuda::DType dtype,\n                           cudaStream_t stream) const {\n"
+                  f"      return {spec.name}::cuda::forward({', '.join(pointers + extent + values + ['dtype', 'stream'])});\n"
+                  "    }\n  };\n")
+        include, kernel = f'#include "{spec.name}_cuda.h"', "ElementwiseKernel" if spec.kind == "elementwise" else "RowwiseKernel"
+    types = PLUGIN_TYPES[provider]
+    ops = [f"  static const DeclaredOp<Decl, {kernel}{', ' + _ORT_TYPES[t] if provider == 'cuda' else ''}> op_{t};"
+           for t in types]
+    return (HEADER.format(name=spec.name) +
+            f"// myops::{spec.onnx_type} ({spec.kind}) on {_PROVIDERS[provider]}: {', '.join(types)}.\n"
+            f'#include "{provider}/declared_ops.h"\n{include}\n\n'
+            f"namespace myops {{\nnamespace {provider} {{\nnamespace {{\n\n"
+            "struct Decl {\n"
+            f'  static constexpr const char* kName = "{spec.onnx_type}";\n'
+            f"  static constexpr size_t kInputs = {inputs};\n"
+            f"  static constexpr size_t kFullInputs = {spec.full_inputs};\n"
+            f"  static constexpr size_t kOutputs = {outputs};\n"
+            f"  static constexpr std::array<const char*, {inputs}> kInputNames{_braced(_names(spec.inputs))};\n"
+            f"  static constexpr std::array<const char*, {attributes}> kAttributeNames{_braced(_names(spec.attributes))};\n"
+            f"  static constexpr std::array<float, {attributes}> kAttributeDefaults"
+            f"{_braced(_list(_float(v) for v in spec.attributes.values()))};\n"
+            f"{member}}};\n\n"
+            f'MYOPS_BUILD_INFO(kOpInfo, "myops-op: domain=" MYOPS_DOMAIN " op={spec.onnx_type} since=1 '
+            f'provider={_PROVIDERS[provider]} types={",".join(types)}");\n\n'
+            "void Register(Ort::CustomOpDomain& domain) {\n" + "\n".join(ops) + "\n" +
+            "".join(f"  domain.Add(&op_{t});\n" for t in types) + "}\n\n"
+            f"MYOPS_REGISTER_OP(k{provider.capitalize()}, Register);\n\n"
+            f"}}  // namespace\n}}  // namespace {provider}\n}}  // namespace myops\n")
+
+
+def write_plugin_sources(folder: Path) -> dict[str, list[Path]]:
+    """Each declared op's CPU and CUDA kernel registrations over the generic kernels
+    (ort_plugin/src/{cpu,cuda}/declared_ops.h), written into folder/cpu and folder/cuda (files of ops that
+    are gone are removed); returns {"cpu": [...], "cuda": [...]}. The plugin's CMake build calls it
+    (python -m opspec.codegen plugin FOLDER)."""
+    written = {}
+    for provider in ("cpu", "cuda"):
+        files = [_write(folder / provider / f"{spec.name}_op.cc", _plugin_source(spec, provider)) for spec in plugin_ops()]
+        for stale in set((folder / provider).glob("*_op.cc")) - set(files):
+            stale.unlink(missing_ok=True)
+        written[provider] = files
+    return written

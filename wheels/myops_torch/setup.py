@@ -45,12 +45,13 @@ path_free = [f"-ffile-prefix-map={HERE}=.", f"-ffile-prefix-map={site_packages}=
 # catalogue (opspec.codegen), the hand-written adapters (csrc/*.cpp, csrc/cuda/*.cu) and the shared kernels
 # (kernels/*_cuda.cu); setuptools names objects by their paths, so files of one name in two folders do not collide.
 sys.path.insert(0, str(HERE / "myops_torch"))
-from opspec import codegen  # noqa: E402  (the vendored catalogue, found through the path above)
+from opspec import TORCH_OPS, codegen  # noqa: E402  (the vendored catalogue, found through the path above)
 
 codegen.write_torch_sources(HERE / "csrc", HERE / "csrc" / "cuda")
 sources = sorted(HERE.glob("csrc/*.cpp"))
 if cuda:
-    sources += sorted(HERE.glob("csrc/cuda/*.cu")) + sorted(HERE.glob("kernels/*_cuda.cu"))
+    sources += sorted(HERE.glob("csrc/cuda/*.cu")) + sorted(
+        path for path in HERE.glob("kernels/*_cuda.cu") if path.name[:-len("_cuda.cu")] in TORCH_OPS)
 extension = (CUDAExtension if cuda else CppExtension)(
     "myops_torch._myops",
     sources=[str(p.relative_to(HERE)) for p in sources],

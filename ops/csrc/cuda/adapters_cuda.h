@@ -82,10 +82,10 @@ Tensors<kOut> elementwise(const char* op, const Names<kIn>& names, size_t x_inde
   for (auto& t : out) t = at::empty_like(in[x_index], at::MemoryFormat::Contiguous);
   if (in[x_index].numel() == 0) return out;
   Pointers<kIn> ip;
-  OutPointers<kOut> op_;
+  OutPointers<kOut> outp;
   for (size_t k = 0; k < kIn; ++k) ip[k] = in[k].const_data_ptr();
-  for (size_t k = 0; k < kOut; ++k) op_[k] = out[k].mutable_data_ptr();
-  check_launch(op, launch(ip, op_, in[x_index].numel(), dtype, c10::cuda::getCurrentCUDAStream()));
+  for (size_t k = 0; k < kOut; ++k) outp[k] = out[k].mutable_data_ptr();
+  check_launch(op, launch(ip, outp, in[x_index].numel(), dtype, c10::cuda::getCurrentCUDAStream()));
   return out;
 }
 
@@ -111,12 +111,14 @@ Tensors<kOutFull + kOutWeights> rowwise(const char* op, const Names<kIn>& names,
   Tensors<kOutFull + kOutWeights> out;
   for (size_t k = 0; k < kOutFull; ++k) out[k] = at::empty_like(x, at::MemoryFormat::Contiguous);
   for (size_t k = 0; k < kOutWeights; ++k) out[kOutFull + k] = at::empty_like(in[kFull + k], at::MemoryFormat::Contiguous);
-  at::Tensor workspace = at::empty({workspace_floats(rows, cols)}, x.options().dtype(at::kFloat));
+  const int64_t scratch = workspace_floats(rows, cols);
+  at::Tensor workspace;  // none where none is asked for: a forward allocates nothing more than its outputs
+  if (scratch > 0) workspace = at::empty({scratch}, x.options().dtype(at::kFloat));
   Pointers<kIn> ip;
-  OutPointers<kOutFull + kOutWeights> op_;
+  OutPointers<kOutFull + kOutWeights> outp;
   for (size_t k = 0; k < kIn; ++k) ip[k] = in[k].const_data_ptr();
-  for (size_t k = 0; k < kOutFull + kOutWeights; ++k) op_[k] = out[k].mutable_data_ptr();
-  check_launch(op, launch(ip, op_, workspace.mutable_data_ptr<float>(), rows, cols, dtype,
+  for (size_t k = 0; k < kOutFull + kOutWeights; ++k) outp[k] = out[k].mutable_data_ptr();
+  check_launch(op, launch(ip, outp, scratch > 0 ? workspace.mutable_data_ptr<float>() : nullptr, rows, cols, dtype,
                           c10::cuda::getCurrentCUDAStream()));
   return out;
 }

@@ -1,13 +1,18 @@
-// How the CPU kernels of the plugin split one elementwise call over ORT's intra-op thread pool:
-// fixed chunks of elements, one ParallelFor task each. Swish and the Copy floor share it, so that
-// the floor is timed with exactly the op's threading and buffers.
+// How the CPU kernels of the plugin split one call over ORT's intra-op thread pool: fixed chunks of
+// elements (elementwise) or of whole rows (rowwise), one ParallelFor task each. Every op of a kind,
+// the Copy floor included, runs through the same code, so that the floor is timed with exactly the
+// ops' threading and buffers.
 #pragma once
 
+#include <algorithm>
+#include <array>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "common.h"
+#include "shapes.h"
 
 namespace myops {
 namespace cpu {
@@ -15,86 +20,89 @@ namespace cpu {
 // Elements per ParallelFor task: large enough to amortise the hand-off, small enough to balance.
 inline constexpr int64_t kChunk = 32768;
 
-using SpanFn = void (*)(const float* x, float* y, int64_t count, float beta);
+template <size_t kIn>
+using Inputs = std::array<const float*, kIn>;
+template <size_t kOut>
+using Outputs = std::array<float*, kOut>;
 
-// Y = kSpan(X) elementwise into the output ORT allocates with X's shape. The span is a template
-// argument so that each op's chunk loop calls its kernel directly, as a hand-written loop would.
-template <SpanFn kSpan>
-void RunSpans(Ort::KernelContext& context, float beta) {
-  const Ort::ConstValue input = context.GetInput(0);
-  const Ort::TensorTypeAndShapeInfo info = input.GetTensorTypeAndShapeInfo();
-  Ort::UnownedValue output = context.GetOutput(0, info.GetShape());
-  // NOTE: the output buffer belongs to ORT; we only write into it.
-  struct Job {
-    const float* x;
-    float* y;
-    int64_t n;
-    float beta;
-  } job{input.GetTensorData<float>(), output.GetTensorMutableData<float>(),
-        static_cast<int64_t>(info.GetElementCount()), beta};
-  const auto chunks = static_cast<size_t>((job.n + kChunk - 1) / kChunk);
-  if (chunks <= 1) {
-    kSpan(job.x, job.y, job.n, beta);
+// Runs work(first, count) over [0, total) in tasks of `per_task`, on ORT's pool when there are several.
+template <typename Work>
+void RunTasks(Ort::KernelContext& context, int64_t total, int64_t per_task, const Work& work) {
+  const auto tasks = static_cast<size_t>((total + per_task - 1) / per_task);
+  if (tasks <= 1) {
+    if (total > 0) work(0, total);
     return;
   }
+  struct Job {
+    const Work* work;
+    int64_t total, per_task;
+  } job{&work, total, per_task};
   context.ParallelFor(
-      [](void* data, size_t chunk) {
+      [](void* data, size_t task) {
         const auto* j = static_cast<const Job*>(data);
-        const int64_t begin = static_cast<int64_t>(chunk) * kChunk;
-        const int64_t count = j->n - begin < kChunk ? j->n - begin : kChunk;
-        kSpan(j->x + begin, j->y + begin, count, j->beta);
+        const int64_t first = static_cast<int64_t>(task) * j->per_task;
+        (*j->work)(first, std::min(j->per_task, j->total - first));
       },
-      chunks, 0, &job);
+      tasks, 0, &job);
 }
 
-// The same for an op of kInputs inputs that all have X's shape (a gated op's X and gate) and kOutputs
-// outputs of that shape: each input is checked against X before any memory is touched (the error names
-// the op and node), then kSpan(inputs, outputs, count) runs on the same chunks.
+// kIn inputs of X's shape (each checked against X before any memory is touched) and kOut outputs of
+// that shape: span(inputs, outputs, count) on the same chunks of each. An output may share an input's buffer.
+template <size_t kIn, size_t kOut, typename Span>
+Ort::Status RunElementwise(Ort::KernelContext& context, const char* op, const std::string& node, const Span& span) {
+  std::vector<int64_t> shape;
+  if (Ort::Status status = ElementwiseShape<kIn>(context, op, node, &shape); !status.IsOK()) return status;
+  Inputs<kIn> in{};
+  for (size_t k = 0; k < kIn; ++k) in[k] = context.GetInput(k).GetTensorData<float>();
+  // NOTE: the output buffers belong to ORT; we only write into them.
+  Outputs<kOut> out{};
+  for (size_t k = 0; k < kOut; ++k) out[k] = context.GetOutput(k, shape).GetTensorMutableData<float>();
+  int64_t count = 1;
+  for (int64_t d : shape) count *= d;
+  RunTasks(context, count, kChunk, [&](int64_t first, int64_t n) {
+    Inputs<kIn> i = in;
+    Outputs<kOut> o = out;
+    for (auto& p : i) p += first;
+    for (auto& p : o) p += first;
+    span(i, o, n);
+  });
+  return Ort::Status{nullptr};
+}
+
+// A rowwise op: inputs [0, kFull) have X's shape, the rest are weights of shape [X.shape[-1]]; kOut
+// outputs of X's shape; rows_fn(inputs, outputs, rows, cols) on chunks of whole rows (the weights whole).
+template <size_t kIn, size_t kFull, size_t kOut, typename Rows>
+Ort::Status RunRows(Ort::KernelContext& context, const char* op, const std::array<const char*, kIn>& names,
+                    const std::string& node, const Rows& rows_fn) {
+  std::vector<int64_t> shape;
+  if (Ort::Status status = RowShape<kIn, kFull>(context, op, names, node, &shape); !status.IsOK()) return status;
+  Inputs<kIn> in{};
+  for (size_t k = 0; k < kIn; ++k) in[k] = context.GetInput(k).GetTensorData<float>();
+  Outputs<kOut> out{};
+  for (size_t k = 0; k < kOut; ++k) out[k] = context.GetOutput(k, shape).GetTensorMutableData<float>();
+  const int64_t cols = shape.back();
+  int64_t count = 1;
+  for (int64_t d : shape) count *= d;
+  const int64_t rows = cols == 0 ? 0 : count / cols;
+  const int64_t rows_per_task = std::max<int64_t>(1, kChunk / std::max<int64_t>(cols, 1));
+  RunTasks(context, rows, rows_per_task, [&](int64_t first, int64_t n) {
+    Inputs<kIn> i = in;
+    Outputs<kOut> o = out;
+    for (size_t k = 0; k < kFull; ++k) i[k] += first * cols;
+    for (auto& p : o) p += first * cols;
+    rows_fn(i, o, n, cols);
+  });
+  return Ort::Status{nullptr};
+}
+
+// A scaffolded op's hand-written kernel (lab/new_op_templates): kSpan(inputs, outputs, count).
 using InputsSpanFn = void (*)(const float* const* inputs, float* const* outputs, int64_t count);
 
 template <int kInputs, int kOutputs, InputsSpanFn kSpan>
 Ort::Status RunInputSpans(Ort::KernelContext& context, const char* op, const std::string& node) {
-  const Ort::ConstValue x = context.GetInput(0);
-  const Ort::TensorTypeAndShapeInfo info = x.GetTensorTypeAndShapeInfo();
-  const std::vector<int64_t> shape = info.GetShape();
-  struct Job {
-    const float* in[kInputs];
-    float* out[kOutputs];
-    int64_t n;
-  } job{};
-  job.in[0] = x.GetTensorData<float>();
-  for (int k = 1; k < kInputs; ++k) {
-    const Ort::ConstValue other = context.GetInput(k);
-    const std::vector<int64_t> other_shape = other.GetTensorTypeAndShapeInfo().GetShape();
-    if (other_shape != shape) {
-      return Ort::Status((std::string("myops::") + op + " (node " + node + "): input " + std::to_string(k) +
-                          " must have X's shape " + ShapeText(shape) + " (elementwise, no broadcasting); got " +
-                          ShapeText(other_shape))
-                             .c_str(),
-                         ORT_INVALID_ARGUMENT);
-    }
-    job.in[k] = other.GetTensorData<float>();
-  }
-  for (int k = 0; k < kOutputs; ++k) job.out[k] = context.GetOutput(k, shape).GetTensorMutableData<float>();
-  job.n = static_cast<int64_t>(info.GetElementCount());
-  const auto chunks = static_cast<size_t>((job.n + kChunk - 1) / kChunk);
-  if (chunks <= 1) {
-    kSpan(job.in, job.out, job.n);
-    return Ort::Status{nullptr};
-  }
-  context.ParallelFor(
-      [](void* data, size_t chunk) {
-        const auto* j = static_cast<const Job*>(data);
-        const int64_t begin = static_cast<int64_t>(chunk) * kChunk;
-        const int64_t count = j->n - begin < kChunk ? j->n - begin : kChunk;
-        const float* in[kInputs];
-        float* out[kOutputs];
-        for (int k = 0; k < kInputs; ++k) in[k] = j->in[k] + begin;
-        for (int k = 0; k < kOutputs; ++k) out[k] = j->out[k] + begin;
-        kSpan(in, out, count);
-      },
-      chunks, 0, &job);
-  return Ort::Status{nullptr};
+  return RunElementwise<kInputs, kOutputs>(
+      context, op, node,
+      [](const Inputs<kInputs>& in, const Outputs<kOutputs>& out, int64_t count) { kSpan(in.data(), out.data(), count); });
 }
 
 }  // namespace cpu

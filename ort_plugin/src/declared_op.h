@@ -1,0 +1,43 @@
+// What every op of a kind shares on both execution providers, from its declaration (the `Decl` struct
+// opspec/codegen writes from opspec/<op>.py): name, inputs and outputs of one element type, the float
+// attributes read with their defaults, shape inference. Each provider's kernels (cpu/declared_ops.h,
+// cuda/declared_ops.h) add the computation.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <string>
+
+#include "common.h"
+
+namespace myops {
+
+// Decl: kName, kInputs, kFullInputs, kOutputs, kInputNames, kAttributeNames, kAttributeDefaults.
+template <class Decl>
+using AttributeValues = std::array<float, Decl::kAttributeNames.size()>;
+
+template <typename TOp, class Decl, typename TKernel, ONNXTensorElementDataType kType>
+struct DeclaredOpBase : Ort::CustomOpBase<TOp, TKernel, /*WithStatus=*/true> {
+  DeclaredOpBase() { this->InferOutputShapeFn = &SameTypeAndShapeAsInput; }
+
+  OrtStatusPtr CreateKernelV2(const OrtApi& api, const OrtKernelInfo* info, void** kernel) const {
+    AttributeValues<Decl> values{};
+    for (size_t k = 0; k < values.size(); ++k) {
+      if (OrtStatus* status = ReadFloatAttribute(api, info, Decl::kName, Decl::kAttributeNames[k],
+                                                 Decl::kAttributeDefaults[k], &values[k])) {
+        return status;
+      }
+    }
+    // The kernel keeps only the node's attributes and name: no per-call state.
+    *kernel = new TKernel{values, Ort::ConstKernelInfo{info}.GetNodeName()};
+    return nullptr;
+  }
+
+  const char* GetName() const { return Decl::kName; }
+  size_t GetInputTypeCount() const { return Decl::kInputs; }
+  ONNXTensorElementDataType GetInputType(size_t) const { return kType; }
+  size_t GetOutputTypeCount() const { return Decl::kOutputs; }
+  ONNXTensorElementDataType GetOutputType(size_t) const { return kType; }
+};
+
+}  // namespace myops
