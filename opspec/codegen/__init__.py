@@ -186,10 +186,11 @@ def _write(path: Path, text: str) -> Path:
     return path
 
 
-def write_torch_sources(cpp_folder: Path, cuda_folder: Path) -> dict[str, list[Path]]:
+def write_torch_sources(cpp_folder: Path, cuda_folder: Path, ops: list[OpSpec] | None = None) -> dict[str, list[Path]]:
     """The library's frame and each generic op's schema, CPU and CUDA functions, written into these
-    folders (files of earlier ops that are gone are removed); returns {"cpp": [...], "cuda_ops": [...]}."""
-    ops = generic_ops()
+    folders (files of earlier ops that are gone are removed); returns {"cpp": [...], "cuda_ops": [...]}.
+    ops: the catalogue's (default), or others (a test's)."""
+    ops = generic_ops() if ops is None else ops
     cpp = [_write(cpp_folder / LIBRARY_FILE, LIBRARY_TEXT)]
     cuda = []
     for spec in ops:
