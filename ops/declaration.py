@@ -8,6 +8,7 @@ artifacts, the bench, the doctor and the nox sessions loop over OPS.
 """
 from __future__ import annotations
 
+import functools
 import importlib
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -16,6 +17,8 @@ from typing import Callable
 import torch
 
 from opspec import DOMAIN, OpSpec
+
+from . import adapters
 
 # A bench target: (name, numerator row, denominator rows, limit); it holds when median(A/B) <= limit.
 Target = tuple
@@ -45,7 +48,8 @@ class TorchOp:
     function: Callable              # the fused op: (x, *other full-shaped inputs, *weights, *attributes) -> y
     reference: Callable             # the composite it replaces, same signature: layer 1's ground truth
     reference_text: str             # the composite as the bench's graph column writes it
-    register_python_parts: Callable[[], None]  # fakes and autograd, once the library is loaded
+    # fakes and autograd, once the library is loaded; None: the generic ones of the op's kind (ops.adapters)
+    register_python_parts: Callable[[], None] | None = None
     weights: tuple[str, ...] = ()   # the model's parameters for the ONNX inputs after the full-shaped ones (shape [hidden])
     native: Callable | None = None  # PyTorch's own function for the op (row spec.native_row), same signature
     native_text: str = ""
@@ -63,6 +67,14 @@ class TorchOp:
     replaces_functions: dict[str, dict] = field(default_factory=dict)
     refuses: dict[str, str] = field(default_factory=dict)
     looks_like: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        if self.register_python_parts is None:
+            if not self.spec.kind:
+                raise ValueError(f"ops/{self.spec.name}.py: an op without a kind (opspec/{self.spec.name}.py) declares "
+                                 "its own register_python_parts")
+            parts = functools.partial(adapters.register_python_parts, self.spec, self.reference)
+            object.__setattr__(self, "register_python_parts", parts)
 
     @property
     def name(self) -> str:

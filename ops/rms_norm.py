@@ -1,4 +1,5 @@
-"""Python side of myops::rms_norm: the public function, its fake (meta) kernel and autograd.
+"""Python side of myops::rms_norm: the public function, its reference, and what ops.apply swaps for it.
+Its fakes and autograd are the rowwise kind's (ops/adapters.py).
 
 Gradients flow to x and weight; eps is a float attribute of the op (as epsilon is in ONNX).
 """
@@ -8,10 +9,7 @@ import torch
 
 from opspec import OPS
 
-from . import autograd
 from .declaration import Offset, Refused, TorchOp
-
-_registered = False
 
 
 def reference(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
@@ -25,48 +23,6 @@ def reference(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     """y = x * rsqrt(mean(x^2, -1) + eps) * weight as one fused op."""
     return torch.ops.myops.rms_norm(x, weight, eps)
-
-
-def _setup_context(ctx, inputs, output):
-    x, weight, eps = inputs
-    ctx.save_for_backward(x, weight)
-    ctx.eps = eps
-
-
-def _backward(ctx, grad):
-    x, weight = ctx.saved_tensors
-    dx, dweight = torch.ops.myops.rms_norm_backward(grad, x, weight, ctx.eps)
-    return dx, dweight, None
-
-
-def register_python_parts() -> None:
-    """Fake kernels (torch.compile / torch.export) and autograd; idempotent."""
-    global _registered
-    if _registered:
-        return
-    # torch 2.3 names register_fake impl_abstract and has no register_autograd (see ops/swish.py).
-    register_fake = getattr(torch.library, "register_fake", None) or torch.library.impl_abstract
-
-    @register_fake("myops::rms_norm")
-    def _rms_norm_fake(x, weight, eps=1e-6):
-        torch._check(x.dim() >= 1, lambda: "myops::rms_norm: x must have at least one dimension")
-        torch._check(weight.shape == x.shape[-1:], lambda: f"myops::rms_norm: weight must have shape [{x.shape[-1]}]; got {list(weight.shape)}")
-        torch._check(weight.dtype == x.dtype, lambda: f"myops::rms_norm: weight must have x's dtype {x.dtype}; got {weight.dtype}")
-        # a meta tensor among CPU ones dispatches here: this check is what refuses it
-        torch._check(weight.device == x.device, lambda: f"myops::rms_norm: weight must be on x's device {x.device}; got {weight.device}")
-        return torch.empty_like(x, memory_format=torch.contiguous_format)
-
-    @register_fake("myops::rms_norm_backward")
-    def _rms_norm_backward_fake(grad, x, weight, eps):
-        torch._check(grad.shape == x.shape, lambda: f"myops::rms_norm_backward: grad shape {grad.shape} != x shape {x.shape}")
-        torch._check(grad.device == x.device == weight.device, lambda: f"myops::rms_norm_backward: grad and weight must be on "
-                                                                        f"x's device {x.device}; got {grad.device}, {weight.device}")
-        return (torch.empty_like(x, memory_format=torch.contiguous_format),
-                torch.empty_like(weight, memory_format=torch.contiguous_format))
-
-    autograd.register("myops::rms_norm", _backward, _setup_context)
-    autograd.differentiable_backward("myops::rms_norm_backward", reference, grads=1, tensors=2)
-    _registered = True
 
 
 # ---------------------------------------------------------------- what ops.apply swaps
@@ -138,7 +94,6 @@ OP = TorchOp(
     function=rms_norm,
     reference=reference,
     reference_text="x*rsqrt(mean(x^2)+eps)*w",
-    register_python_parts=register_python_parts,
     weights=("weight",),
     native=_native,
     native_text="F.rms_norm",

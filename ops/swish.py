@@ -1,4 +1,5 @@
-"""Python side of myops::swish: the public function, its fake (meta) kernel and autograd.
+"""Python side of myops::swish: the public function, its reference, the models that hold it and what
+ops.apply swaps for it. Its fakes and autograd are the elementwise kind's (ops/adapters.py).
 
 Gradients flow to x only: beta is a float attribute of the op (as it is in ONNX), not a tensor.
 """
@@ -8,10 +9,7 @@ import torch
 
 from opspec import OPS
 
-from . import autograd
 from .declaration import TorchOp
-
-_registered = False
 
 
 def reference(x: torch.Tensor, beta: float = 1.0) -> torch.Tensor:
@@ -22,40 +20,6 @@ def reference(x: torch.Tensor, beta: float = 1.0) -> torch.Tensor:
 def swish(x: torch.Tensor, beta: float = 1.0) -> torch.Tensor:
     """y = x * sigmoid(beta * x) as one fused op."""
     return torch.ops.myops.swish(x, beta)
-
-
-def _setup_context(ctx, inputs, output):
-    x, beta = inputs
-    ctx.save_for_backward(x)
-    ctx.beta = beta
-
-
-def _backward(ctx, grad):
-    (x,) = ctx.saved_tensors
-    return torch.ops.myops.swish_backward(grad, x, ctx.beta), None
-
-
-def register_python_parts() -> None:
-    """Fake kernels (torch.compile / torch.export) and autograd; idempotent."""
-    global _registered
-    if _registered:
-        return
-    # torch 2.3 (the cuda11.8 entry) names register_fake impl_abstract and has no register_autograd.
-    register_fake = getattr(torch.library, "register_fake", None) or torch.library.impl_abstract
-
-    @register_fake("myops::swish")
-    def _swish_fake(x, beta=1.0):
-        return torch.empty_like(x, memory_format=torch.contiguous_format)
-
-    @register_fake("myops::swish_backward")
-    def _swish_backward_fake(grad, x, beta):
-        torch._check(grad.shape == x.shape, lambda: f"myops::swish_backward: grad shape {grad.shape} != x shape {x.shape}")
-        return torch.empty_like(x, memory_format=torch.contiguous_format)
-
-    autograd.register("myops::swish", _backward, _setup_context)
-    # a second derivative: the backward op's own, from the composite's (ops/autograd.py)
-    autograd.differentiable_backward("myops::swish_backward", reference, grads=1, tensors=1)
-    _registered = True
 
 
 class SwishFFN(torch.nn.Module):
@@ -96,7 +60,6 @@ OP = TorchOp(
     function=swish,
     reference=reference,
     reference_text="x*sigmoid(beta*x)",
-    register_python_parts=register_python_parts,
     native=lambda x, beta: torch.nn.functional.silu(x),
     native_text="F.silu",
     native_applies=lambda attributes: attributes["beta"] == 1.0,  # F.silu is Swish at beta 1 only

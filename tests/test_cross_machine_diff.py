@@ -57,9 +57,10 @@ def perturbed_plugin(tmp_path_factory):
     # sees beta a little off (the Copy floor, with no attribute, is untouched).
     kernels = work / "ort_plugin" / "src" / "cpu" / "declared_ops.h"
     source = kernels.read_text()
-    exact = "const auto& values = attributes;"
-    assert source.count(exact) == 2, "ElementwiseKernel's line, then RowwiseKernel's"
-    kernels.write_text(source.replace(exact, "auto values = attributes;\n      for (auto& v : values) v *= 1.001f;", 1))
+    exact = "typename Decl::Forward{}(in, out, count, values);"
+    assert source.count(exact) == 1, "the elementwise kind's call of an op's loops"
+    kernels.write_text(source.replace(exact, "auto off = values; for (auto& v : off) v *= 1.001f; "
+                                             "typename Decl::Forward{}(in, out, count, off);"))
     include = resolve(log=lambda m: None).include_dir
     subprocess.run(["cmake", "-S", str(work / "ort_plugin"), "-B", str(work / "build"), f"-DORT_INCLUDE_DIR={include}",
                     "-DMYOPS_CUDA=OFF"], check=True, capture_output=True)

@@ -16,6 +16,21 @@ namespace myops {
 template <class Decl>
 using AttributeValues = std::array<float, Decl::kAttributeNames.size()>;
 
+// The kernel ORT keeps per node: only the node's attributes and name, no per-call state. Run is the op's
+// kind on a provider: Run{}(context, attributes, node) -> Ort::Status.
+template <class Decl, class Run>
+struct DeclaredKernel {
+  AttributeValues<Decl> attributes;
+  std::string node;
+
+  OrtStatusPtr ComputeV2(OrtKernelContext* raw_context) const {
+    return GuardStatus([&] {
+      Ort::KernelContext context{raw_context};
+      return Run{}(context, attributes, node);
+    });
+  }
+};
+
 template <typename TOp, class Decl, typename TKernel, ONNXTensorElementDataType kType>
 struct DeclaredOpBase : Ort::CustomOpBase<TOp, TKernel, /*WithStatus=*/true> {
   DeclaredOpBase() { this->InferOutputShapeFn = &SameTypeAndShapeAsInput; }
@@ -28,7 +43,6 @@ struct DeclaredOpBase : Ort::CustomOpBase<TOp, TKernel, /*WithStatus=*/true> {
         return status;
       }
     }
-    // The kernel keeps only the node's attributes and name: no per-call state.
     *kernel = new TKernel{values, Ort::ConstKernelInfo{info}.GetNodeName()};
     return nullptr;
   }

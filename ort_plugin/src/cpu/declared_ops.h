@@ -12,39 +12,29 @@ namespace myops {
 namespace cpu {
 
 template <class Decl>
-struct ElementwiseKernel {
-  AttributeValues<Decl> attributes;
-  std::string node;
-
-  OrtStatusPtr ComputeV2(OrtKernelContext* raw_context) const {
-    return GuardStatus([&] {
-      Ort::KernelContext context{raw_context};
-      const auto& values = attributes;
-      return RunElementwise<Decl::kInputs, Decl::kOutputs>(
-          context, Decl::kName, node, [&values](const auto& in, const auto& out, int64_t count) {
-            typename Decl::Forward{}(in, out, count, values);
-          });
-    });
+struct RunElementwiseKind {
+  Ort::Status operator()(Ort::KernelContext& context, const AttributeValues<Decl>& values, const std::string& node) const {
+    return RunElementwise<Decl::kInputs, Decl::kOutputs>(
+        context, Decl::kName, node,
+        [&values](const auto& in, const auto& out, int64_t count) { typename Decl::Forward{}(in, out, count, values); });
   }
 };
 
 template <class Decl>
-struct RowwiseKernel {
-  AttributeValues<Decl> attributes;
-  std::string node;
-
-  OrtStatusPtr ComputeV2(OrtKernelContext* raw_context) const {
-    return GuardStatus([&] {
-      Ort::KernelContext context{raw_context};
-      const auto& values = attributes;
-      return RunRows<Decl::kInputs, Decl::kFullInputs, Decl::kOutputs>(
-          context, Decl::kName, Decl::kInputNames, node,
-          [&values](const auto& in, const auto& out, int64_t rows, int64_t cols) {
-            typename Decl::Forward{}(in, out, rows, cols, values);
-          });
-    });
+struct RunRowwiseKind {
+  Ort::Status operator()(Ort::KernelContext& context, const AttributeValues<Decl>& values, const std::string& node) const {
+    return RunRows<Decl::kInputs, Decl::kFullInputs, Decl::kOutputs>(
+        context, Decl::kName, Decl::kInputNames, node,
+        [&values](const auto& in, const auto& out, int64_t rows, int64_t cols) {
+          typename Decl::Forward{}(in, out, rows, cols, values);
+        });
   }
 };
+
+template <class Decl>
+using ElementwiseKernel = DeclaredKernel<Decl, RunElementwiseKind<Decl>>;
+template <class Decl>
+using RowwiseKernel = DeclaredKernel<Decl, RunRowwiseKind<Decl>>;
 
 template <class Decl, template <class> class Kernel>
 struct DeclaredOp : DeclaredOpBase<DeclaredOp<Decl, Kernel>, Decl, Kernel<Decl>, ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT> {

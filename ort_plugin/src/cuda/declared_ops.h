@@ -49,53 +49,45 @@ inline int64_t ElementCount(const std::vector<int64_t>& shape) {
 }
 
 template <class Decl, ONNXTensorElementDataType kType>
-struct ElementwiseKernel {
-  AttributeValues<Decl> attributes;
-  std::string node;
-
-  OrtStatusPtr ComputeV2(OrtKernelContext* raw_context) const {
-    return GuardStatus([&] {
-      Ort::KernelContext context{raw_context};
-      std::vector<int64_t> shape;
-      if (Ort::Status status = ElementwiseShape<Decl::kInputs>(context, Decl::kName, node, &shape); !status.IsOK()) {
-        return status;
-      }
-      Inputs<Decl::kInputs> in;
-      Outputs<Decl::kOutputs> out;
-      Buffers(context, shape, &in, &out);
-      const int64_t n = ElementCount(shape);
-      if (n == 0) return Ort::Status{nullptr};
-      const auto stream = static_cast<cudaStream_t>(context.GetGPUComputeStream());
-      return LaunchStatus(Decl::kName, typename Decl::Launch{}(in, out, n, attributes, kStorage<kType>, stream));
-    });
+struct RunElementwiseKind {
+  Ort::Status operator()(Ort::KernelContext& context, const AttributeValues<Decl>& values, const std::string& node) const {
+    std::vector<int64_t> shape;
+    if (Ort::Status status = ElementwiseShape<Decl::kInputs>(context, Decl::kName, node, &shape); !status.IsOK()) {
+      return status;
+    }
+    Inputs<Decl::kInputs> in;
+    Outputs<Decl::kOutputs> out;
+    Buffers(context, shape, &in, &out);
+    const int64_t n = ElementCount(shape);
+    if (n == 0) return Ort::Status{nullptr};
+    const auto stream = static_cast<cudaStream_t>(context.GetGPUComputeStream());
+    return LaunchStatus(Decl::kName, typename Decl::Launch{}(in, out, n, values, kStorage<kType>, stream));
   }
 };
 
 template <class Decl, ONNXTensorElementDataType kType>
-struct RowwiseKernel {
-  AttributeValues<Decl> attributes;
-  std::string node;
-
-  OrtStatusPtr ComputeV2(OrtKernelContext* raw_context) const {
-    return GuardStatus([&] {
-      Ort::KernelContext context{raw_context};
-      std::vector<int64_t> shape;
-      if (Ort::Status status = RowShape<Decl::kInputs, Decl::kFullInputs>(context, Decl::kName, Decl::kInputNames,
-                                                                          node, &shape);
-          !status.IsOK()) {
-        return status;
-      }
-      Inputs<Decl::kInputs> in;
-      Outputs<Decl::kOutputs> out;
-      Buffers(context, shape, &in, &out);
-      const int64_t cols = shape.back();
-      const int64_t rows = cols == 0 ? 0 : ElementCount(shape) / cols;
-      const auto stream = static_cast<cudaStream_t>(context.GetGPUComputeStream());
-      return LaunchStatus(Decl::kName,
-                          typename Decl::Launch{}(in, out, rows, cols, attributes, kStorage<kType>, stream));
-    });
+struct RunRowwiseKind {
+  Ort::Status operator()(Ort::KernelContext& context, const AttributeValues<Decl>& values, const std::string& node) const {
+    std::vector<int64_t> shape;
+    if (Ort::Status status =
+            RowShape<Decl::kInputs, Decl::kFullInputs>(context, Decl::kName, Decl::kInputNames, node, &shape);
+        !status.IsOK()) {
+      return status;
+    }
+    Inputs<Decl::kInputs> in;
+    Outputs<Decl::kOutputs> out;
+    Buffers(context, shape, &in, &out);
+    const int64_t cols = shape.back();
+    const int64_t rows = cols == 0 ? 0 : ElementCount(shape) / cols;
+    const auto stream = static_cast<cudaStream_t>(context.GetGPUComputeStream());
+    return LaunchStatus(Decl::kName, typename Decl::Launch{}(in, out, rows, cols, values, kStorage<kType>, stream));
   }
 };
+
+template <class Decl, ONNXTensorElementDataType kType>
+using ElementwiseKernel = DeclaredKernel<Decl, RunElementwiseKind<Decl, kType>>;
+template <class Decl, ONNXTensorElementDataType kType>
+using RowwiseKernel = DeclaredKernel<Decl, RunRowwiseKind<Decl, kType>>;
 
 template <class Decl, template <class, ONNXTensorElementDataType> class Kernel, ONNXTensorElementDataType kType>
 struct DeclaredOp : DeclaredOpBase<DeclaredOp<Decl, Kernel, kType>, Decl, Kernel<Decl, kType>, kType> {
