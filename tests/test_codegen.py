@@ -1,7 +1,9 @@
 """The generic adapters for what the lab's own ops do not exercise: an elementwise op of two inputs and
 two outputs with an attribute, and a rowwise op of two weights and two outputs. Their declarations and
 math live here; opspec.codegen writes their few lines, and the extension's generic CPU adapters
-(ops/csrc/adapters.h) run them in a fresh process, against torch's own arithmetic."""
+(ops/csrc/adapters.h) run them in a fresh process against torch's own arithmetic, the plugin's
+(ort_plugin/src/cpu/declared_ops.h) in onnxruntime against numpy: for the plugin, adding the two
+files of each op (its declaration and its math) to a copy of the tree is all it takes."""
 from __future__ import annotations
 
 import subprocess
@@ -135,3 +137,66 @@ def test_generic_cpu_adapters_run_several_inputs_outputs_and_weights(tmp_path):
     result = subprocess.run([sys.executable, "-c", CHECKS, str(tmp_path), str(REPO / "ops" / "csrc"), *_openmp_flags()],
                             capture_output=True, text=True, timeout=900)
     assert result.returncode == 0 and result.stdout.strip().endswith("ok"), (result.stdout + result.stderr)[-4000:]
+
+
+DECLARATIONS = {
+    "gated_mix.py": 'from . import OpSpec\nSPEC = OpSpec("gated_mix", "GatedMix", ("X", "gate"), {"alpha": 0.5}, '
+                    'kind="elementwise", full_inputs=2, outputs=("Y", "Z"))\n',
+    "two_scales.py": 'from . import OpSpec\nSPEC = OpSpec("two_scales", "TwoScales", ("X", "w", "b"), {"epsilon": 0.25}, '
+                     'kind="rowwise", torch_attributes={"epsilon": "eps"}, outputs=("Y", "S"))\n',
+}
+
+
+def _graph(op_type: str, inputs: list[str], shapes: dict, outputs: list[str], **attributes) -> bytes:
+    from onnx import TensorProto, helper
+
+    node = helper.make_node(op_type, inputs, outputs, domain="myops", **attributes)
+    graph = helper.make_graph([node], op_type, [helper.make_tensor_value_info(n, TensorProto.FLOAT, shapes[n])
+                                                for n in inputs],
+                              [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in outputs])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("myops", 1)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
+def test_plugin_builds_and_runs_ops_that_are_a_declaration_and_a_math_header(tmp_path):
+    import shutil
+
+    import numpy as np
+
+    from lab.ort_headers import resolve
+    from ort_plugin.loader import make_session
+
+    tree = tmp_path / "tree"
+    for folder in ("ort_plugin", "kernels", "opspec"):
+        shutil.copytree(REPO / folder, tree / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    for name, text in DECLARATIONS.items():  # the two files of each op, nothing else
+        (tree / "opspec" / name).write_text(text)
+    for name, text in MATH.items():
+        (tree / "kernels" / name).write_text(textwrap.dedent(text))
+    include = resolve(log=lambda m: None).include_dir
+    for command in (["cmake", "-S", str(tree / "ort_plugin"), "-B", str(tree / "build"), f"-DORT_INCLUDE_DIR={include}",
+                     "-DMYOPS_CUDA=OFF", f"-DPython3_EXECUTABLE={sys.executable}"],
+                    ["cmake", "--build", str(tree / "build"), "-j", "2"]):
+        done = subprocess.run(command, capture_output=True, text=True, timeout=900)
+        assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    library = tree / "build" / "libmyops_ort.so"
+    rng = np.random.default_rng(0)
+
+    x, g = rng.standard_normal((3, 70001), dtype=np.float32), rng.standard_normal((3, 70001), dtype=np.float32)
+    session = make_session(_graph("GatedMix", ["x", "gate"], {"x": ["n", "c"], "gate": ["n", "c"]}, ["y", "z"], alpha=2.0),
+                           library=library)
+    y, z = session.run(None, {"x": x, "gate": g})  # several chunks on ORT's pool
+    np.testing.assert_array_equal(y, 2.0 * x * g)
+    np.testing.assert_array_equal(z, x + g)
+    with pytest.raises(Exception, match="input 1 must have X's shape"):
+        session.run(None, {"x": x, "gate": g[:, :5]})
+
+    x, w, b = (rng.standard_normal(s, dtype=np.float32) for s in ((300, 257), (257,), (257,)))
+    session = make_session(_graph("TwoScales", ["x", "w", "b"], {"x": ["n", "c"], "w": ["c"], "b": ["c"]}, ["y", "s"]),
+                           library=library)
+    y, s = session.run(None, {"x": x, "w": w, "b": b})  # the default epsilon, 0.25
+    np.testing.assert_allclose(y, x * w + b, rtol=1e-6, atol=1e-6)
+    np.testing.assert_array_equal(s, np.float32(0.25) * x)
+    with pytest.raises(Exception, match=r"b must have shape \[X.shape\[-1\]\] = \[257\]"):
+        session.run(None, {"x": x, "w": w, "b": b[:3]})
