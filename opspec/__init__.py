@@ -6,11 +6,13 @@ for names, defaults and models, the inference side (infer/, ort_plugin/, shipped
 the inputs a probe must feed and the workloads a benchmark runs. An op's torch parts are declared
 in ops/<name>.py, its ONNX lowerings in ops/<name>_onnx.py, its math in kernels/<name>*.h|cu; an op of
 a kind (`kind=`) gets the extension's adapters from its declaration (opspec/codegen), one without
-has its own in ops/csrc/; the plugin's are ort_plugin/src/{cpu,cuda}/<name>_op.cc.
+has its own in ops/csrc/, and likewise in the plugin (ort_plugin/src/{cpu,cuda}/declared_ops.h, or its own
+ort_plugin/src/{cpu,cuda}/<name>_op.cc).
 """
 from __future__ import annotations
 
 import importlib
+import math
 import pkgutil
 from dataclasses import dataclass, field
 
@@ -85,10 +87,10 @@ class OpSpec:
             raise ValueError(f"OpSpec {self.name!r}: torch_inputs names {sorted(unknown)}, which are not among its "
                              f"inputs after X {list(self.inputs[1:])}")
         not_float = [name for name, value in self.attributes.items()
-                     if isinstance(value, bool) or not isinstance(value, (int, float))]
+                     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)]
         if not_float:
-            raise ValueError(f"OpSpec {self.name!r}: attributes {not_float} need a number as their default (an op of "
-                             "a kind takes float attributes)")
+            raise ValueError(f"OpSpec {self.name!r}: attributes {not_float} need a finite number as their default (an "
+                             "op of a kind takes float attributes)")
         grads = ["grad"] + [f"grad_{name.lower()}" for name in self.outputs[1:]]
         names = [*self.torch_input_names, *(self.torch_attribute(a) for a in self.attributes)]
         bad = [n for n in names if not n.isidentifier() or n in GENERATED_RESERVED or n.startswith("grad")]
