@@ -56,7 +56,6 @@ def register_python_parts(spec: OpSpec, reference: Callable) -> None:
     forward, backward = f"{DOMAIN}::{spec.name}", f"{DOMAIN}::{spec.name}_backward"
     tensors, outputs, attributes = len(spec.inputs), len(spec.outputs), len(spec.attributes)
     names = spec.torch_input_names
-    grad_names = ("grad",) + tuple(f"grad_{name.lower()}" for name in spec.outputs[1:])
 
     def forward_fake(*args):
         given = args[:tensors]
@@ -65,7 +64,7 @@ def register_python_parts(spec: OpSpec, reference: Callable) -> None:
 
     def backward_fake(*args):
         given = args[:outputs + tensors]
-        _check_inputs(spec, backward, grad_names + names, given, outputs + spec.full_inputs)
+        _check_inputs(spec, backward, spec.grad_names + names, given, outputs + spec.full_inputs)
         return _one_or_tuple([_empty_like(t) for t in given[outputs:]])
 
     register_fake(forward)(forward_fake)

@@ -91,7 +91,7 @@ class OpSpec:
         if not_float:
             raise ValueError(f"OpSpec {self.name!r}: attributes {not_float} need a finite number as their default (an "
                              "op of a kind takes float attributes)")
-        grads = ["grad"] + [f"grad_{name.lower()}" for name in self.outputs[1:]]
+        grads = list(self.grad_names)
         names = [*self.torch_input_names, *(self.torch_attribute(a) for a in self.attributes)]
         bad = [n for n in names if not n.isidentifier() or n in GENERATED_RESERVED or n.startswith("grad")]
         if bad or len(set(names + grads)) != len(names + grads):
@@ -117,6 +117,11 @@ class OpSpec:
 
     def torch_attribute(self, onnx_name: str) -> str:
         return self.torch_attributes.get(onnx_name, onnx_name)
+
+    @property
+    def grad_names(self) -> tuple[str, ...]:
+        """The backward op's gradient arguments, one per output: "grad", then "grad_<output>"."""
+        return ("grad",) + tuple(f"grad_{name.lower()}" for name in self.outputs[1:])
 
     @property
     def torch_input_names(self) -> tuple[str, ...]:

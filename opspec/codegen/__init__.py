@@ -26,10 +26,6 @@ def generic_ops() -> list[OpSpec]:
     return [spec for name, spec in sorted(OPS.items()) if spec.kind and not spec.plugin_only]
 
 
-def _grad_names(spec: OpSpec) -> list[str]:
-    return ["grad"] + [f"grad_{name.lower()}" for name in spec.outputs[1:]]
-
-
 def _returns(count: int) -> tuple[str, str]:
     """The schema's and C++'s return types of `count` tensors."""
     if count == 1:
@@ -43,7 +39,7 @@ def schemas(spec: OpSpec) -> tuple[str, str]:
     tensors = [f"Tensor {name}" for name in spec.torch_input_names]
     forward_attributes = [f"float {spec.torch_attribute(name)}={float(value)!r}" for name, value in spec.attributes.items()]
     attributes = [f"float {spec.torch_attribute(name)}" for name in spec.attributes]
-    grads = [f"Tensor {name}" for name in _grad_names(spec)]
+    grads = [f"Tensor {name}" for name in spec.grad_names]
     forward = f"{spec.name}({', '.join(tensors + forward_attributes)}) -> {_returns(len(spec.outputs))[0]}"
     backward = f"{spec.name}_backward({', '.join(grads + tensors + attributes)}) -> {_returns(len(spec.inputs))[0]}"
     return forward, backward
@@ -81,7 +77,7 @@ class _Op:
         self.full = spec.full_inputs
         self.weights = len(self.inputs) - self.full
         self.outputs = len(spec.outputs)
-        self.grads = _grad_names(spec)
+        self.grads = list(spec.grad_names)
         self.attributes = [spec.torch_attribute(name) for name in spec.attributes]
 
     def cpu(self) -> str:
@@ -238,7 +234,7 @@ def _plugin_source(spec: OpSpec, provider: str) -> str:
                   f"    template <class In, class Out, class A>\n"
                   f"    void operator()(const In& in, const Out& out, {extent_params}, {a}) const {{\n"
                   f"      {call}({', '.join(pointers + extent + values)});\n    }}\n  }};\n")
-        include, kernel = f'#include "{spec.name}.h"', "ElementwiseKernel" if spec.kind == "elementwise" else "RowwiseKernel"
+        include = f'#include "{spec.name}.h"'
     else:
         member = (f"  // the launcher of kernels/{spec.name}_cuda.h\n  struct Launch {{\n"
                   f"    template <class In, class Out, class A>\n"
@@ -246,7 +242,8 @@ def _plugin_source(spec: OpSpec, provider: str) -> str:
                   "myops_cuda::DType dtype,\n                           cudaStream_t stream) const {\n"
                   f"      return {spec.name}::cuda::forward({', '.join(pointers + extent + values + ['dtype', 'stream'])});\n"
                   "    }\n  };\n")
-        include, kernel = f'#include "{spec.name}_cuda.h"', "ElementwiseKernel" if spec.kind == "elementwise" else "RowwiseKernel"
+        include = f'#include "{spec.name}_cuda.h"'
+    kernel = "ElementwiseKernel" if spec.kind == "elementwise" else "RowwiseKernel"
     types = PLUGIN_TYPES[provider]
     ops = [f"  static const DeclaredOp<Decl, {kernel}{', ' + _ORT_TYPES[t] if provider == 'cuda' else ''}> op_{t};"
            for t in types]
