@@ -12,6 +12,12 @@
 
 namespace myops {
 
+inline int64_t ElementCount(const std::vector<int64_t>& shape) {
+  int64_t count = 1;
+  for (int64_t d : shape) count *= d;
+  return count;
+}
+
 inline Ort::Status InputError(const char* op, const std::string& node, const std::string& what) {
   return Ort::Status((std::string("myops::") + op + " (node " + node + "): " + what).c_str(), ORT_INVALID_ARGUMENT);
 }

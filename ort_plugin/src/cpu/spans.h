@@ -47,7 +47,7 @@ void RunTasks(Ort::KernelContext& context, int64_t total, int64_t per_task, cons
 }
 
 // kIn inputs of X's shape (each checked against X before any memory is touched) and kOut outputs of
-// that shape: span(inputs, outputs, count) on the same chunks of each. An output may share an input's buffer.
+// that shape: span(inputs, outputs, count) on the same chunks of each.
 template <size_t kIn, size_t kOut, typename Span>
 Ort::Status RunElementwise(Ort::KernelContext& context, const char* op, const std::string& node, const Span& span) {
   std::vector<int64_t> shape;
@@ -57,9 +57,7 @@ Ort::Status RunElementwise(Ort::KernelContext& context, const char* op, const st
   // NOTE: the output buffers belong to ORT; we only write into them.
   Outputs<kOut> out{};
   for (size_t k = 0; k < kOut; ++k) out[k] = context.GetOutput(k, shape).GetTensorMutableData<float>();
-  int64_t count = 1;
-  for (int64_t d : shape) count *= d;
-  RunTasks(context, count, kChunk, [&](int64_t first, int64_t n) {
+  RunTasks(context, ElementCount(shape), kChunk, [&](int64_t first, int64_t n) {
     Inputs<kIn> i = in;
     Outputs<kOut> o = out;
     for (auto& p : i) p += first;
@@ -81,9 +79,7 @@ Ort::Status RunRows(Ort::KernelContext& context, const char* op, const std::arra
   Outputs<kOut> out{};
   for (size_t k = 0; k < kOut; ++k) out[k] = context.GetOutput(k, shape).GetTensorMutableData<float>();
   const int64_t cols = shape.back();
-  int64_t count = 1;
-  for (int64_t d : shape) count *= d;
-  const int64_t rows = cols == 0 ? 0 : count / cols;
+  const int64_t rows = cols == 0 ? 0 : ElementCount(shape) / cols;
   const int64_t rows_per_task = std::max<int64_t>(1, kChunk / std::max<int64_t>(cols, 1));
   RunTasks(context, rows, rows_per_task, [&](int64_t first, int64_t n) {
     Inputs<kIn> i = in;

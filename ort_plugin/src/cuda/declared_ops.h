@@ -42,12 +42,6 @@ void Buffers(Ort::KernelContext& context, const std::vector<int64_t>& shape, Inp
   for (size_t k = 0; k < kOut; ++k) (*out)[k] = context.GetOutput(k, shape).GetTensorMutableRawData();
 }
 
-inline int64_t ElementCount(const std::vector<int64_t>& shape) {
-  int64_t count = 1;
-  for (int64_t d : shape) count *= d;
-  return count;
-}
-
 template <class Decl, ONNXTensorElementDataType kType>
 struct RunElementwiseKind {
   Ort::Status operator()(Ort::KernelContext& context, const AttributeValues<Decl>& values, const std::string& node) const {
