@@ -18,7 +18,7 @@ import torch
 
 from opspec import DOMAIN, OpSpec
 
-from . import adapters
+from . import adapters, onnx_parts
 
 # A bench target: (name, numerator row, denominator rows, limit); it holds when median(A/B) <= limit.
 Target = tuple
@@ -46,8 +46,10 @@ class Offset:
 class TorchOp:
     spec: OpSpec
     function: Callable              # the fused op: (x, *other full-shaped inputs, *weights, *attributes) -> y
-    reference: Callable             # the composite it replaces, same signature: layer 1's ground truth
-    reference_text: str             # the composite as the bench's graph column writes it
+    # the composite it replaces, same signature: layer 1's ground truth; None: the declared decomposed form's
+    # (ops.onnx_parts.torch_reference)
+    reference: Callable | None = None
+    reference_text: str = ""        # the composite as the bench's graph column writes it (default: the form's formula)
     # fakes and autograd, once the library is loaded; None: the generic ones of the op's kind (ops.adapters)
     register_python_parts: Callable[[], None] | None = None
     weights: tuple[str, ...] = ()   # the model's parameters for the ONNX inputs after the full-shaped ones (shape [hidden])
@@ -69,6 +71,13 @@ class TorchOp:
     looks_like: tuple[str, ...] = ()
 
     def __post_init__(self):
+        if self.reference is None:
+            if self.spec.decomposed is None:
+                raise ValueError(f"ops/{self.spec.name}.py: an op without a decomposed form (opspec/{self.spec.name}.py) "
+                                 "declares its own reference")
+            object.__setattr__(self, "reference", onnx_parts.torch_reference(self.spec))
+        if not self.reference_text:
+            object.__setattr__(self, "reference_text", self.spec.formula)
         if self.register_python_parts is None:
             if not self.spec.kind:
                 raise ValueError(f"ops/{self.spec.name}.py: an op without a kind (opspec/{self.spec.name}.py) declares "
@@ -84,11 +93,14 @@ class TorchOp:
     def torch_name(self) -> str:
         return f"{DOMAIN}::{self.spec.name}"
 
-    @property
-    def onnx(self) -> ModuleType:
-        """ops/<name>_onnx.py: register_schema(), torchscript_symbolic(lowering),
+    @functools.cached_property
+    def onnx(self) -> onnx_parts.DeclaredOnnx | ModuleType:
+        """The op's ONNX parts: register_schema(), torchscript_symbolic(lowering),
         dynamo_translation(lowering, opset), expected_nodes(lowering, opset, exporter, attributes),
-        uses_standard(opset, exporter), NODE_TYPES."""
+        uses_standard(opset, exporter), fuse_rules(report), NODE_TYPES. Read from the declaration's
+        decomposed form (ops.onnx_parts), or, for an op without one, its own ops/<name>_onnx.py."""
+        if self.spec.decomposed is not None:
+            return onnx_parts.DeclaredOnnx(self.spec)
         return importlib.import_module(f"{__package__}.{self.name}_onnx")
 
     @property

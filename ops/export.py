@@ -6,8 +6,8 @@ and either lowering, then check them.
 Exporters:  torchscript (dynamo=False, register_custom_op_symbolic + custom_opsets)
             dynamo      (torch.export, custom_translation_table with onnxscript)
 Lowerings:  custom      one myops node (myops::Swish, myops::RMSNorm...), opset import myops:1
-            decomposed  standard ops only (the op's ops/<name>_onnx.py says which, and from
-                        which opset a standard node replaces them)
+            decomposed  standard ops only (the op's declared form, ops/onnx_parts.py, and the
+                        opset from which a standard node replaces them)
 Every file is checked (onnx.checker, exact activation nodes, opset imports, dynamic batch/seq
 axes) before it is moved into place; a failed check leaves no file behind.
 """
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import functools
 import hashlib
 import inspect
 import json
@@ -97,26 +96,11 @@ def sample_inputs(name: str, batch: int = 2, seq: int = 16, hidden: int = 768, *
 
 # ---------------------------------------------------------------- onnxruntime facts
 
-@functools.lru_cache(maxsize=None)
 def ort_runs(opset: int, op_type: str = "Relu", **attributes) -> bool:
     """Whether the installed onnxruntime loads and runs `op_type` at `opset` (a tiny probe graph)."""
-    import numpy as np
-    import onnxruntime as ort
-    from onnx import TensorProto, helper
+    from .onnx_parts import probe_runs
 
-    node = helper.make_node(op_type, ["x"], ["y"], **attributes)
-    graph = helper.make_graph([node], "probe", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = min(model.ir_version, 10)
-    options = ort.SessionOptions()
-    options.log_severity_level = 4
-    try:
-        session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-        session.run(None, {"x": np.zeros(2, np.float32)})
-    except Exception:  # onnxruntime's own exception types; a failure is the answer
-        return False
-    return True
+    return probe_runs(opset, op_type, attributes=tuple(sorted(attributes.items())))
 
 
 def dynamo_max_opset() -> int:
@@ -226,7 +210,7 @@ def _export_dynamo(model, examples: tuple, path: Path, *, lowering: str, opset: 
     check_dynamo_usable(opset)
     from torch.export import Dim
 
-    # A float16 export relies on the optimiser folding Casts of initializers (ops/rms_norm_onnx.py);
+    # A float16 export relies on the optimiser folding Casts of initializers (ops/onnx_parts.py);
     # torch 2.6's exporter does not run it unless asked. float32 exports stay as each torch makes them.
     # One Dim per axis name, shared by every input that names it: torch.export then knows a gated op's
     # x and gate have the same batch and sequence.
@@ -464,8 +448,8 @@ def export(model_name: str, *, exporter: str = "dynamo", lowering: str = "custom
     op = OPS[MODEL_OP[model_name]]
     if dtype != "float32" and not getattr(op.onnx, "EXPORTS_FLOAT16", False):
         raise ExportError(f"{op.name}'s lowerings (ops/{op.name}_onnx.py) are written for float32 only: export it in "
-                          "float32, or make its decomposed lowering sum in float32 as ops/rms_norm_onnx.py does "
-                          "and set EXPORTS_FLOAT16 = True there")
+                          f"float32, or declare its decomposed form in opspec/{op.name}.py (decomposed=), whose "
+                          "lowering sums in float32 (ops/onnx_parts.py)")
     if dtype != "float32" and exporter == "torchscript":
         raise ExportError(f"a {dtype} export with the TorchScript exporter would run the CPU kernels (float32 only) "
                           "while tracing: use --exporter dynamo, which traces with fake tensors")

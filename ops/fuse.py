@@ -1,8 +1,9 @@
 """Rewrite an ONNX file a user already has so that each op's decomposed forms become one myops node:
 `nox -s fuse -- IN.onnx OUT.onnx` runs `python -m ops.fuse IN.onnx OUT.onnx`.
 
-The rules are onnxscript pattern-rewriter rules, declared with each op (ops/<op>_onnx.py:
-fuse_rules(report)) for the forms the exporters and ORT's optimizer write. A match whose constants
+The rules are onnxscript pattern-rewriter rules, read from each op's declaration (its decomposed form
+and fused nodes, made into rules by ops/onnx_parts.py) for the forms the exporters and ORT's optimizer
+write. A match whose constants
 cannot be read (an epsilon or a beta that is a graph input or computed at run time) is refused with the
 reason, never guessed. OUT is then run against IN in ONNX Runtime, the plugin registered, on random
 inputs at two shapes, and it is written only when every output agrees within layer 2's tolerance.
@@ -21,6 +22,9 @@ import numpy as np
 
 from lab.files import write_text_atomic
 from opspec import DOMAIN, DOMAIN_VERSION
+
+# what a rule's check reads of a match (a scaffolded op's ops/<op>_onnx.py imports them from here)
+from .onnx_parts import FLOAT_TYPES, _may_broadcast, float_input, same_shapes, scalar, where  # noqa: F401
 
 # Layer 2's tolerance (tests/test_alignment_onnx.py): ORT with the plugin against its reference.
 RTOL, ATOL = 1e-4, 1e-5
@@ -50,59 +54,6 @@ class FuseReport:
         lines += [f"refused {form} at {where} ({DOMAIN}::{op}): {reason}"
                   for (op, form, where), reason in sorted(self.refused.items())]
         return lines or ["no decomposed form of any op was found"]
-
-
-def scalar(value) -> float | None:
-    """The float of a one-element constant (an initializer or a Constant node's output), else None."""
-    const = getattr(value, "const_value", None)
-    if const is None:
-        return None
-    array = np.asarray(const.numpy())
-    return float(array.reshape(())) if array.size == 1 else None
-
-
-def where(value) -> str:
-    """A node's name for the report: the producer of `value`, or the value's own name."""
-    producer = value.producer() if hasattr(value, "producer") else None
-    return (producer.name if producer is not None and producer.name else None) or getattr(value, "name", None) or "?"
-
-
-# The element types the plugin's ops take (opspec's schemas: float and float16).
-FLOAT_TYPES = ("FLOAT", "FLOAT16")
-
-
-def float_input(report: FuseReport, op: str, form: str, x) -> bool:
-    """Whether x's element type is one the op takes (unknown: yes, and the proof decides); refused else."""
-    dtype = getattr(x, "dtype", None)
-    if dtype is None or dtype.name in FLOAT_TYPES:
-        return True
-    report.refuse(op, form, where(x), f"its input is {dtype.name}; {DOMAIN}::{op} takes float and float16")
-    return False
-
-
-def _may_broadcast(a, b) -> bool:
-    """Whether two known shapes can differ: other ranks, two fixed sizes that differ, or a fixed 1
-    against a symbolic size (which broadcasts)."""
-    if len(a) != len(b):
-        return True
-    for p, q in zip(a, b):
-        fixed_p, fixed_q = isinstance(p, int), isinstance(q, int)
-        if (fixed_p and fixed_q and p != q) or (fixed_p != fixed_q and 1 in (p, q)):
-            return True
-    return False
-
-
-def same_shapes(report: FuseReport, op: str, form: str, x, *others) -> bool:
-    """Whether each other input has x's shape (the fused op does not broadcast as the decomposed graph's
-    Mul or Add may): refused where known shapes tell they may differ; unknown: yes, and the proof decides."""
-    shape = getattr(x, "shape", None)
-    for other in others:
-        theirs = getattr(other, "shape", None)
-        if shape is not None and theirs is not None and _may_broadcast(tuple(shape), tuple(theirs)):
-            report.refuse(op, form, where(other), f"its inputs broadcast ({list(shape)} and {list(theirs)}); "
-                          f"{DOMAIN}::{op} takes inputs of one shape")
-            return False
-    return True
 
 
 def rules(report: FuseReport, ops: list[str] | None = None) -> list:

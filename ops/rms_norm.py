@@ -1,5 +1,6 @@
-"""Python side of myops::rms_norm: the public function, its reference, and what ops.apply swaps for it.
-Its fakes and autograd are the rowwise kind's (ops/adapters.py).
+"""Python side of myops::rms_norm: the public function and what ops.apply swaps for it. Its reference and
+ONNX parts are its declared form's (ops/onnx_parts.py), its fakes and autograd the rowwise kind's
+(ops/adapters.py).
 
 Gradients flow to x and weight; eps is a float attribute of the op (as epsilon is in ONNX).
 """
@@ -10,14 +11,6 @@ import torch
 from opspec import OPS
 
 from .declaration import Offset, Refused, TorchOp
-
-
-def reference(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-    """The composite the op replaces, accumulating in float32 or finer: float64 stays float64, as layer
-    1's ground truth and the second derivatives are computed in it."""
-    wide = torch.promote_types(x.dtype, torch.float32)
-    x_wide = x.to(wide)
-    return (x_wide * torch.rsqrt(x_wide.pow(2).mean(-1, keepdim=True) + eps) * weight.to(wide)).to(x.dtype)
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
@@ -92,8 +85,6 @@ def _native(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
 OP = TorchOp(
     spec=OPS["rms_norm"],
     function=rms_norm,
-    reference=reference,
-    reference_text="x*rsqrt(mean(x^2)+eps)*w",
     weights=("weight",),
     native=_native,
     native_text="F.rms_norm",
@@ -116,3 +107,4 @@ OP = TorchOp(
              ("ORT custom op vs ORT composite (default level: SimplifiedLayerNormalization)", "ort_custom",
               ("ort_composite_all",), 1.0)),
 )
+reference = OP.reference  # x/Sqrt(mean(x^2)+epsilon)*scale in float32 or wider: layer 1's ground truth

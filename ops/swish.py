@@ -1,5 +1,6 @@
-"""Python side of myops::swish: the public function, its reference, the models that hold it and what
-ops.apply swaps for it. Its fakes and autograd are the elementwise kind's (ops/adapters.py).
+"""Python side of myops::swish: the public function, the models that hold it and what ops.apply swaps
+for it. Its reference and ONNX parts are its declared form's (ops/onnx_parts.py), its fakes and autograd
+the elementwise kind's (ops/adapters.py).
 
 Gradients flow to x only: beta is a float attribute of the op (as it is in ONNX), not a tensor.
 """
@@ -10,11 +11,6 @@ import torch
 from opspec import OPS
 
 from .declaration import TorchOp
-
-
-def reference(x: torch.Tensor, beta: float = 1.0) -> torch.Tensor:
-    """The composite the op replaces; the ground truth of alignment layer 1."""
-    return x * torch.sigmoid(beta * x)
 
 
 def swish(x: torch.Tensor, beta: float = 1.0) -> torch.Tensor:
@@ -58,8 +54,6 @@ REPLACES_FUNCTIONS = {"torch.nn.functional.silu": {"beta": 1.0}}
 OP = TorchOp(
     spec=OPS["swish"],
     function=swish,
-    reference=reference,
-    reference_text="x*sigmoid(beta*x)",
     native=lambda x, beta: torch.nn.functional.silu(x),
     native_text="F.silu",
     native_applies=lambda attributes: attributes["beta"] == 1.0,  # F.silu is Swish at beta 1 only
@@ -79,3 +73,4 @@ OP = TorchOp(
     # Swish's targets (copy floors, ORT's QuickGelu and Swish-24, F.silu, the composite) need more
     # rows than the generic ones: bench.targets keeps them.
 )
+reference = OP.reference  # x*Sigmoid(x*beta), in float32 or wider: alignment layer 1's ground truth

@@ -3,8 +3,10 @@
 Each op declares itself in opspec/<name>.py (`SPEC = OpSpec(...)`); this package finds them, so
 adding an op adds a file and edits none. Both sides read the catalogue: the training side (ops/)
 for names, defaults and models, the inference side (infer/, ort_plugin/, shipped without torch) for
-the inputs a probe must feed and the workloads a benchmark runs. An op's torch parts are declared
-in ops/<name>.py, its ONNX lowerings in ops/<name>_onnx.py, its math in kernels/<name>*.h|cu; an op of
+the inputs a probe must feed and the workloads a benchmark runs. An op's decomposed form (`decomposed=`,
+in ONNX ops: opspec/_forms.py) gives its torch reference, both ONNX lowerings and its fuse rules
+(ops/onnx_parts.py; an op without one keeps its own ops/<name>_onnx.py); its other torch parts are
+declared in ops/<name>.py, its math in kernels/<name>*.h|cu; an op of
 a kind (`kind=`) gets the extension's adapters from its declaration (opspec/codegen), one without
 has its own in ops/csrc/, and likewise in the plugin (ort_plugin/src/{cpu,cuda}/declared_ops.h, or its own
 ort_plugin/src/{cpu,cuda}/<name>_op.cc).
@@ -15,6 +17,10 @@ import importlib
 import math
 import pkgutil
 from dataclasses import dataclass, field
+from typing import Callable
+
+from . import _forms as forms  # noqa: F401  (the emitters that read a decomposed form: `from opspec import forms`)
+from ._forms import FormError, FusedNode, Text, check_form  # noqa: F401  (the declarations' vocabulary)
 
 DOMAIN = "myops"
 DOMAIN_VERSION = 1
@@ -59,6 +65,13 @@ class OpSpec:
     # None: its adapters are written by hand.
     kind: str | None = None
     torch_inputs: dict = field(default_factory=dict)  # ONNX input -> the torch schema's argument, where they differ
+    # The op as standard ONNX ops (opspec/_forms.py): decomposed(op, *inputs, *attributes). It is the torch
+    # reference, the decomposed lowering of both exporters and the first fuse rule; None: the op's ONNX
+    # parts are written by hand (ops/<name>_onnx.py).
+    decomposed: Callable | None = None
+    # Nodes that compute the whole op (ai.onnx Swish, ORT's QuickGelu): fused into it; one with an opset is
+    # the decomposed lowering from that opset on, where ORT runs it.
+    fused_nodes: tuple = ()
 
     def __post_init__(self):
         if self.kind not in KINDS:
@@ -74,6 +87,10 @@ class OpSpec:
                              "the count of its inputs that have X's shape")
         if not self.outputs:
             raise ValueError(f"OpSpec {self.name!r}: an op has at least one output")
+        if self.decomposed is not None:
+            check_form(self.name, self.decomposed, self.inputs, self.attributes, self.outputs, self.kind)
+        if sum(node.opset is not None for node in self.fused_nodes) > 1:
+            raise ValueError(f"OpSpec {self.name!r}: one fused node at most is the lowering's standard form (opset=)")
         # the names the graphs use: x and y first, the others lower-cased (weights are inputs of a probe)
         names = ["x", *(name.lower() for name in self.inputs[1:]), "y", *(name.lower() for name in self.outputs[1:])]
         if len(set(names)) != len(names):
@@ -117,6 +134,16 @@ class OpSpec:
 
     def torch_attribute(self, onnx_name: str) -> str:
         return self.torch_attributes.get(onnx_name, onnx_name)
+
+    @property
+    def standard_node(self) -> FusedNode | None:
+        """The default-domain node that is the whole op from its opset on (ai.onnx Swish-24), if any."""
+        return next((node for node in self.fused_nodes if node.opset is not None), None)
+
+    @property
+    def formula(self) -> str:
+        """The decomposed form as text: x*Sigmoid(x*beta)."""
+        return Text().formula(self.decomposed, self.inputs, tuple(self.attributes)) if self.decomposed else ""
 
     @property
     def grad_names(self) -> tuple[str, ...]:

@@ -1,8 +1,21 @@
 """myops::Swish: Y = X * sigmoid(beta * X), elementwise."""
-from . import OpSpec, WorkloadSpec
+from . import FusedNode, OpSpec, WorkloadSpec
+
+
+def decomposed(op, x, beta):
+    return op.Mul(x, op.Sigmoid(op.Mul(x, beta)))
+
 
 SPEC = OpSpec(
     "swish", "Swish", ("X",), {"beta": 1.0}, kind="elementwise",
+    decomposed=decomposed,
+    fused_nodes=(
+        # ai.onnx Swish, added in opset 24 with alpha defaulting to 1.0 (onnx/defs/math/defs.cc, Swish-24)
+        FusedNode("Swish", attributes={"beta": "alpha"}, defaults={"alpha": 1.0}, opset=24),
+        # what ORT's default level fuses x*Sigmoid(c*x) into; alpha defaults to 1.702
+        # (onnxruntime/core/graph/contrib_ops/contrib_defs.cc, QuickGelu)
+        FusedNode("QuickGelu", "com.microsoft", attributes={"beta": "alpha"}, defaults={"alpha": 1.702}),
+    ),
     workloads=(
         WorkloadSpec("swish", "activation alone"),
         # 403 MB in and out in float32, far beyond any GPU's L2 (50 MB on an H100/H200), so the copy

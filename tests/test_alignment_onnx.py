@@ -14,7 +14,9 @@ import pytest
 import torch
 
 from ops import export as E
-from ops import swish_onnx
+from ops.registry import OPS
+
+SWISH_ONNX = OPS["swish"].onnx  # its declared form's ONNX parts (ops/onnx_parts.py)
 
 LAYER2 = dict(rtol=1e-4, atol=1e-5)
 RUN_SHAPE = (3, 7, 768)  # export shape is (2, 16, 768): dynamic axes must really be dynamic
@@ -61,7 +63,7 @@ def _plain_session(path):
 
 @needs_dynamo
 def test_decomposed_uses_standard_swish_from_opset_24(ext, tmp_path):
-    if not swish_onnx.uses_standard(24):
+    if not SWISH_ONNX.uses_standard(24):
         pytest.skip("the installed onnxruntime does not run ONNX Swish-24")
     result = E.export("swish", exporter="dynamo", lowering="decomposed", opset=24, beta=1.702, path=tmp_path / "s.onnx")
     nodes = [n.op_type for n in onnx.load(result.path).graph.node]
@@ -80,7 +82,7 @@ def test_graph_check_prints_what_the_graph_holds(ext, tmp_path):
 
 
 def test_failed_check_leaves_no_file(ext, tmp_path, monkeypatch):
-    monkeypatch.setattr(swish_onnx, "expected_nodes", lambda *args, **kwargs: {"Relu": 1})
+    monkeypatch.setattr(SWISH_ONNX, "expected_nodes", lambda *args, **kwargs: {"Relu": 1})
     target = tmp_path / "never.onnx"
     with pytest.raises(E.ExportError, match="expected"):
         E.export("swish", exporter="torchscript", lowering="custom", opset=18, path=target)

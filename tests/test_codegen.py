@@ -201,3 +201,22 @@ def test_plugin_builds_and_runs_ops_that_are_a_declaration_and_a_math_header(tmp
     np.testing.assert_array_equal(s, np.float32(0.25) * x)
     with pytest.raises(Exception, match=r"b must have shape \[X.shape\[-1\]\] = \[257\]"):
         session.run(None, {"x": x, "w": w, "b": b[:3]})
+    from ort_plugin.library_info import read_library
+
+    registered = {(o.op, o.provider, o.types) for o in read_library(library).ops}
+    assert {("GatedMix", "CPUExecutionProvider", ("float32",)), ("TwoScales", "CPUExecutionProvider", ("float32",))} \
+        <= registered, registered
+
+    # A declaration that changes or goes: the next build writes the registrations again (CMake re-runs the
+    # writing), so the plugin never keeps a default or an op the catalogue no longer has.
+    (tree / "opspec" / "gated_mix.py").write_text(DECLARATIONS["gated_mix.py"].replace('"alpha": 0.5', '"alpha": 3.0'))
+    (tree / "opspec" / "two_scales.py").unlink()
+    done = subprocess.run(["cmake", "--build", str(tree / "build"), "-j", "2"], capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    rebuilt = shutil.copy(library, tmp_path / "rebuilt.so")  # another path: the loaded one stays as it was
+    assert {o.op for o in read_library(rebuilt).ops} == {"GatedMix", "Swish", "RMSNorm", "Copy"}
+    session = make_session(_graph("GatedMix", ["x", "gate"], {"x": ["n", "c"], "gate": ["n", "c"]}, ["y", "z"]),
+                           library=rebuilt)
+    a = np.ascontiguousarray(x[:, :8])
+    y, _ = session.run(None, {"x": a, "gate": a})  # no alpha on the node: the new default
+    np.testing.assert_array_equal(y, np.float32(3.0) * a * a)

@@ -27,7 +27,7 @@ def quiet(message: str) -> None:
 @pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
 @pytest.mark.parametrize("model, beta, expected", [
     ("swish", 1.0, {"myops::Swish": 1}),
-    ("swish", 1.702, {"myops::Swish": 1}),          # x * Sigmoid(c * x)
+    ("swish", 1.702, {"myops::Swish": 1}),          # x * Sigmoid(x * beta)
     ("rms_norm", None, {"myops::RMSNorm": 1}),
     ("ffn", 1.0, {"myops::Swish": 1}),
 ])
@@ -85,7 +85,7 @@ def test_fuse_turns_a_hugging_face_llama_export_into_myops_nodes(ext, plugin_pat
     after = types(result.path)
     assert after["myops::RMSNorm"] == 5 and after["myops::Swish"] == 2
     assert not OP_PIECES & set(after), after
-    assert result.report.replaced == {("rms_norm", "x*Reciprocal(Sqrt(mean(x^2)+eps))*w"): 5,
+    assert result.report.replaced == {("rms_norm", "x*Reciprocal(Sqrt(mean(x^2)+epsilon))*scale"): 5,
                                       ("swish", "x*Sigmoid(x)"): 2}
 
 
@@ -103,7 +103,7 @@ def hand_made(tmp_path: Path, nodes, inputs, initializers=()) -> Path:
 def test_fuse_refuses_a_beta_or_an_epsilon_known_only_at_run_time(plugin_path, tmp_path):
     swish = hand_made(tmp_path, [helper.make_node("Mul", ["x", "beta"], ["bx"]), helper.make_node("Sigmoid", ["bx"], ["s"]),
                                  helper.make_node("Mul", ["x", "s"], ["y"])], [("x", ["n", 8]), ("beta", [])])
-    with pytest.raises(FuseError, match=r"refused x\*Sigmoid\(c\*x\).*c \(beta\) is not a one-element constant"):
+    with pytest.raises(FuseError, match=r"refused x\*Sigmoid\(x\*beta\).*beta \(beta\) is not a one-element constant"):
         fuse(swish, tmp_path / "out.onnx", plugin=str(plugin_path), log=quiet)
     norm = hand_made(tmp_path, [
         helper.make_node("Pow", ["x", "two"], ["sq"]), helper.make_node("ReduceMean", ["sq", "axes"], ["m"]),

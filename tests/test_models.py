@@ -153,7 +153,7 @@ def test_apply_swaps_a_users_declared_class_after_checking_it_against_the_refere
     # declared with the wrong coefficient: it differs from the reference, so it stays, with the numbers
     model = torch.nn.Sequential(TeamActivation(1.3))
     patch = ext.apply(model, declare={TeamActivation: ("swish", {"beta": 1.0})})
-    assert not patch.swapped and "differs from the op's reference x*sigmoid(beta*x) by up to" in patch.left_alone[0].reason
+    assert not patch.swapped and "differs from the op's reference x*Sigmoid(x*beta) by up to" in patch.left_alone[0].reason
     from ops.patch import PatchError
     with pytest.raises(PatchError, match="give a module class and one of the ops"):
         ext.apply(model, declare={TeamActivation: ("gelu", {})})

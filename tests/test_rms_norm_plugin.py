@@ -179,9 +179,9 @@ def test_decomposed_lowering_is_fused_by_ort_at_its_default_level(ext, tmp_path,
 
 def test_decomposed_uses_standard_rms_normalization_from_opset_23(ext, tmp_path):
     from ops import export as E
-    from ops import rms_norm_onnx
+    from ops.registry import OPS
 
-    if "dynamo" not in E.available_exporters() or E.dynamo_max_opset() < 23 or not rms_norm_onnx.ort_runs_standard(23):
+    if "dynamo" not in E.available_exporters() or E.dynamo_max_opset() < 23 or not OPS["rms_norm"].onnx.uses_standard(23):
         pytest.skip("needs the dynamo exporter and an onnxruntime that runs RMSNormalization (opset 23)")
     result = E.export("rms_norm", exporter="dynamo", lowering="decomposed", opset=23, eps=1e-5, path=tmp_path / "s.onnx")
     nodes = [n for n in onnx.load(result.path).graph.node if n.op_type != "Constant"]
@@ -231,11 +231,19 @@ def test_float16_custom_export_types_the_node(ext, tmp_path):
     with pytest.raises(E.ExportError, match="use --exporter dynamo"):
         E.export("rms_norm", exporter="torchscript", lowering="decomposed", opset=18, dtype="float16",
                  path=tmp_path / "t.onnx")
-    # Swish's lowerings are float32 only (its beta constant is a float): refused, not written wrong.
-    with pytest.raises(E.ExportError, match="float32 only"):
-        E.export("swish", exporter="dynamo", lowering="decomposed", opset=18, beta=1.702, dtype="float16",
-                 path=tmp_path / "s.onnx")
-    assert not (tmp_path / "t.onnx").exists() and not (tmp_path / "s.onnx").exists()
+    assert not (tmp_path / "t.onnx").exists()
+    # Every declared form's decomposed lowering takes float16 the same way: cast in, computed in float32
+    # (Swish's beta a float constant there), cast back.
+    swish = onnx.load(E.export("swish", exporter="dynamo", lowering="decomposed", opset=18, beta=1.702,
+                               dtype="float16", path=tmp_path / "s.onnx").path)
+    assert sorted(n.op_type for n in swish.graph.node if n.op_type != "Constant") == ["Cast", "Cast", "Mul", "Mul",
+                                                                                      "Sigmoid"]
+    import onnxruntime as ort
+
+    x = np.random.default_rng(0).standard_normal((2, 5, 768)).astype(np.float16)
+    (y,) = ort.InferenceSession(str(tmp_path / "s.onnx"), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    want = ext.reference(torch.from_numpy(x), 1.702).numpy()
+    assert y.dtype == np.float16 and np.abs(y.astype(np.float32) - want.astype(np.float32)).max() <= 2 ** -10 * 8
 
 
 def test_doctor_probes_and_reads_rms_norm(ext, plugin_path, tmp_path):

@@ -276,8 +276,9 @@ def write_plugin_sources(folder: Path) -> dict[str, list[Path]]:
     (python -m opspec.codegen plugin FOLDER)."""
     written = {}
     for provider in ("cpu", "cuda"):
-        files = [_write(folder / provider / f"{spec.name}_op.cc", _plugin_source(spec, provider)) for spec in plugin_ops()]
-        for stale in set((folder / provider).glob("*_op.cc")) - set(files):
+        files = [_write(folder / provider / f"{PREFIX}{spec.name}_op.cc", _plugin_source(spec, provider))
+                 for spec in plugin_ops()]
+        for stale in set((folder / provider).glob("*.cc")) - set(files):  # the folder holds generated files only
             stale.unlink(missing_ok=True)
         written[provider] = files
     return written

@@ -35,16 +35,19 @@ template <typename TOp, class Decl, typename TKernel, ONNXTensorElementDataType 
 struct DeclaredOpBase : Ort::CustomOpBase<TOp, TKernel, /*WithStatus=*/true> {
   DeclaredOpBase() { this->InferOutputShapeFn = &SameTypeAndShapeAsInput; }
 
+  // Guarded: the node's name, the strings and the kernel's allocation may throw, and nothing may cross ORT's C API.
   OrtStatusPtr CreateKernelV2(const OrtApi& api, const OrtKernelInfo* info, void** kernel) const {
-    AttributeValues<Decl> values{};
-    for (size_t k = 0; k < values.size(); ++k) {
-      if (OrtStatus* status = ReadFloatAttribute(api, info, Decl::kName, Decl::kAttributeNames[k],
-                                                 Decl::kAttributeDefaults[k], &values[k])) {
-        return status;
+    return GuardStatus([&]() -> Ort::Status {
+      AttributeValues<Decl> values{};
+      for (size_t k = 0; k < values.size(); ++k) {
+        if (OrtStatus* status = ReadFloatAttribute(api, info, Decl::kName, Decl::kAttributeNames[k],
+                                                   Decl::kAttributeDefaults[k], &values[k])) {
+          return Ort::Status{status};
+        }
       }
-    }
-    *kernel = new TKernel{values, Ort::ConstKernelInfo{info}.GetNodeName()};
-    return nullptr;
+      *kernel = new TKernel{values, Ort::ConstKernelInfo{info}.GetNodeName()};
+      return Ort::Status{nullptr};
+    });
   }
 
   const char* GetName() const { return Decl::kName; }

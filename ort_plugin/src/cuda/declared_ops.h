@@ -71,8 +71,10 @@ struct RunRowwiseKind {
     Inputs<Decl::kInputs> in;
     Outputs<Decl::kOutputs> out;
     Buffers(context, shape, &in, &out);
+    const int64_t count = ElementCount(shape);
+    if (count == 0) return Ort::Status{nullptr};  // no rows, or rows of nothing: no launch (a grid of 0 fails)
     const int64_t cols = shape.back();
-    const int64_t rows = cols == 0 ? 0 : ElementCount(shape) / cols;
+    const int64_t rows = count / cols;
     const auto stream = static_cast<cudaStream_t>(context.GetGPUComputeStream());
     return LaunchStatus(Decl::kName, typename Decl::Launch{}(in, out, rows, cols, values, kStorage<kType>, stream));
   }

@@ -1,0 +1,214 @@
+"""An op's decomposed form, declared once as a Python function over ONNX op names, and the nodes that
+stand for the whole op (ai.onnx Swish, ORT's QuickGelu). Torch-free: the declaration only states the
+math; each world reads it through its own emitter (ops/onnx_parts.py: the torch reference, both
+exporters' lowerings, the fuse rules; here: the node count an export must hold, the form's text).
+
+    def decomposed(op, x, beta):
+        return op.Mul(x, op.Sigmoid(op.Mul(x, beta)))
+
+The function takes the op's inputs, then its attributes, in the declaration's order, and returns its
+output (a tuple for several). Numbers are constants. Every emitter folds the same identities
+(x*1, x/1, x+0, x-0, x^1) and constant arithmetic, so that an attribute at its identity value leaves no
+node in any world: Swish at beta 1 is x*Sigmoid(x) in the lowering, the reference and the fuse rule alike.
+"""
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Callable
+
+# The ONNX ops a decomposed form may use, each with one meaning in every world. Reductions run over the
+# last axis and keep it (the row of a rowwise op).
+UNARY = {
+    "Neg": lambda a: -a, "Abs": abs, "Sqrt": math.sqrt, "Reciprocal": lambda a: 1.0 / a, "Exp": math.exp,
+    "Log": math.log, "Tanh": math.tanh, "Sigmoid": lambda a: 1.0 / (1.0 + math.exp(-a)), "Erf": math.erf,
+    "Relu": lambda a: max(a, 0.0), "Softplus": lambda a: math.log1p(math.exp(a)),
+}
+BINARY = {
+    "Add": lambda a, b: a + b, "Sub": lambda a, b: a - b, "Mul": lambda a, b: a * b, "Div": lambda a, b: a / b,
+    "Pow": lambda a, b: a ** b, "Max": max, "Min": min,
+}
+REDUCTIONS = ("ReduceMean", "ReduceSum", "ReduceMax")
+VOCABULARY = (*UNARY, *BINARY, *REDUCTIONS)
+# (op, which operand, value): that operand at that value makes the node its other operand
+IDENTITIES = {("Mul", 0, 1.0), ("Mul", 1, 1.0), ("Div", 1, 1.0), ("Add", 0, 0.0), ("Add", 1, 0.0), ("Sub", 1, 0.0),
+              ("Pow", 1, 1.0)}
+
+
+class FormError(ValueError):
+    """A decomposed form that uses what the emitters do not know, or takes other arguments than the op."""
+
+
+def is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+class Emitter:
+    """Calls as `op.Mul(a, b)`: numbers are folded, identities dropped, the rest goes to node(op_type, args)."""
+
+    def node(self, op_type: str, args: tuple):
+        raise NotImplementedError
+
+    def __getattr__(self, op_type: str) -> Callable:
+        if op_type.startswith("_"):
+            raise AttributeError(op_type)
+        if op_type not in VOCABULARY:
+            raise FormError(f"op.{op_type}: a decomposed form may use {', '.join(VOCABULARY)} (one meaning in every "
+                            "world: the torch reference, both exporters and the fuse rules)")
+        arity = 1 if op_type in UNARY or op_type in REDUCTIONS else 2
+
+        def call(*args):
+            if len(args) != arity:
+                raise FormError(f"op.{op_type} takes {arity} argument{'s' * (arity > 1)}, got {len(args)}")
+            if all(is_number(a) for a in args) and op_type not in REDUCTIONS:
+                return float((UNARY.get(op_type) or BINARY[op_type])(*args))
+            for operand, value in enumerate(args):
+                if is_number(value) and (op_type, operand, float(value)) in IDENTITIES:
+                    return args[1 - operand]
+            return self.node(op_type, args)
+        return call
+
+
+class _Counted:
+    """A value of the counting emitter: where it comes from, for the checks."""
+
+    def __init__(self, source: str):
+        self.source = source
+
+
+class NodeCounter(Emitter):
+    """Counts the nodes a form writes (what an export of its decomposed lowering must hold)."""
+
+    def __init__(self):
+        self.nodes = Counter()
+
+    def node(self, op_type, args):
+        self.nodes[op_type] += 1
+        return _Counted(op_type)
+
+
+class Term:
+    """A value of the text emitter: its formula and how tightly it binds (0 sum, 1 product, 2 atom)."""
+
+    def __init__(self, text: str, binding: int = 2):
+        self.text, self.binding = text, binding
+
+    def within(self, binding: int) -> str:
+        return self.text if self.binding >= binding else f"({self.text})"
+
+
+class Text(Emitter):
+    """The form as a formula: x*Sigmoid(x*beta). `choices` picks, where the fuse rule matched one of two
+    spellings of a node (Div or Mul by Reciprocal, Pow 2 or x*x), the one that was matched, in call order."""
+
+    NAMES = {"ReduceMean": "mean", "ReduceSum": "sum", "ReduceMax": "max"}
+
+    def __init__(self, choices: list[int] | None = None):
+        self.choices = list(choices or [])
+
+    def _choice(self) -> int:
+        return self.choices.pop(0) if self.choices else 0
+
+    def node(self, op_type, args):
+        a, b = (*(arg if isinstance(arg, Term) else Term(f"{float(arg):g}") for arg in args), None)[:2]
+        if op_type == "Div" and self._choice() == 1:
+            return Term(f"{a.within(1)}*Reciprocal({b.text})", 1)
+        if op_type == "Pow" and args[1] == 2.0 and self._choice() == 1:
+            return Term(f"{a.within(2)}*{a.within(2)}", 1)
+        if op_type in ("Add", "Sub"):
+            return Term(f"{a.text}{'+' if op_type == 'Add' else '-'}{b.within(0 if op_type == 'Add' else 1)}", 0)
+        if op_type in ("Mul", "Div"):
+            return Term(f"{a.within(1)}{'*' if op_type == 'Mul' else '/'}{b.within(1 if op_type == 'Mul' else 2)}", 1)
+        if op_type == "Pow":
+            return Term(f"{a.within(2)}^{b.within(2)}")
+        return Term(f"{self.NAMES.get(op_type, op_type)}({', '.join(t.text for t in (a, b) if t is not None)})")
+
+    def formula(self, decomposed: Callable, inputs: tuple, attributes: tuple) -> str:
+        result = decomposed(self, *(Term(n.lower()) for n in inputs),
+                            *(Term(a) if isinstance(a, str) else a for a in attributes))
+        results = result if isinstance(result, tuple) else (result,)
+        return ", ".join(r.text if isinstance(r, Term) else f"{r:g}" for r in results)
+
+
+@dataclass(frozen=True)
+class FusedNode:
+    """A node that computes the whole op, written by an exporter or by ONNX Runtime's optimiser: ops.fuse
+    replaces it by the op; one in the default domain with an `opset` is what the decomposed lowering writes
+    from that opset on, where the installed onnxruntime runs it (the dynamo exporter only)."""
+    op_type: str
+    domain: str = ""                    # "" is the default domain (ORT writes its contrib fusions in it too)
+    attributes: dict = field(default_factory=dict)  # the op's attribute -> the node's attribute
+    defaults: dict = field(default_factory=dict)    # the node's attributes' values where absent (cite the schema)
+    requires: dict = field(default_factory=dict)    # the node's attribute -> the value it must have to be the op
+    opset: int | None = None            # the first default-domain opset that has it, where the lowering writes it
+
+    def __post_init__(self):
+        unknown = set(self.requires) - set(self.defaults)
+        if unknown:
+            raise ValueError(f"FusedNode {self.op_type}: requires {sorted(unknown)} without a default (what the node "
+                             "means where the attribute is absent): add them to defaults=")
+        missing = set(self.attributes.values()) - set(self.defaults)
+        if missing:
+            raise ValueError(f"FusedNode {self.op_type}: attributes {sorted(missing)} have no default: add them to "
+                             "defaults=")
+
+    @property
+    def qualified(self) -> str:
+        return f"{self.domain}::{self.op_type}" if self.domain else self.op_type
+
+
+def check_form(name: str, decomposed: Callable, inputs: tuple, attributes: dict, outputs: tuple,
+               kind: str | None) -> Counter:
+    """The node counts of the form at the op's default attributes; FormError, naming the op, where it is
+    not a form the emitters can read."""
+    counter = NodeCounter()
+    values = [_Counted(f"input {n}") for n in inputs]
+    try:
+        result = decomposed(counter, *values, *attributes.values())
+    except FormError as exc:
+        raise FormError(f"OpSpec {name!r}: its decomposed form: {exc}") from None
+    except TypeError as exc:
+        raise FormError(f"OpSpec {name!r}: its decomposed form is called as decomposed(op, "
+                        f"{', '.join([n.lower() for n in inputs] + list(attributes))}) (inputs, then attributes): "
+                        f"{exc}") from None
+    results = result if isinstance(result, tuple) else (result,)
+    if len(results) != len(outputs) or not all(isinstance(r, _Counted) for r in results):
+        raise FormError(f"OpSpec {name!r}: its decomposed form returns {len(results)} value(s); the op has "
+                        f"{len(outputs)} output(s) {list(outputs)}, each the result of an op.<Node>(...) call, not a "
+                        "number")
+    reduced = [t for t in counter.nodes if t in REDUCTIONS]
+    if reduced and kind != "rowwise":
+        raise FormError(f"OpSpec {name!r}: its decomposed form reduces ({', '.join(reduced)}) over the last axis, "
+                        "which only a rowwise op does: declare kind='rowwise'")
+    return counter.nodes
+
+
+class OnnxNodes(Emitter):
+    """The form as onnx.helper NodeProtos at opset 18 (numbers and axes as initializers): the decomposed
+    graph without torch. Values are tensor names; inputs are passed by name."""
+
+    def __init__(self, prefix: str = "form"):
+        self.prefix = prefix
+        self.nodes, self.initializers = [], []
+
+    def _constant(self, value, integer: bool = False) -> str:
+        from onnx import TensorProto, helper
+
+        name = f"{self.prefix}_constant{len(self.initializers)}"
+        dims = [len(value)] if isinstance(value, list) else []
+        self.initializers.append(helper.make_tensor(name, TensorProto.INT64 if integer else TensorProto.FLOAT, dims,
+                                                    value if isinstance(value, list) else [value]))
+        return name
+
+    def node(self, op_type, args):
+        from onnx import helper
+
+        names = [self._constant(float(a)) if is_number(a) else a for a in args]
+        output = f"{self.prefix}{len(self.nodes)}"
+        if op_type in REDUCTIONS:
+            self.nodes.append(helper.make_node(op_type, [names[0], self._constant([-1], integer=True)], [output],
+                                               keepdims=1))
+        else:
+            self.nodes.append(helper.make_node(op_type, names, [output]))
+        return output
