@@ -23,6 +23,9 @@ from opspec import DOMAIN, DOMAIN_VERSION, FormError, OpSpec, Text, forms
 SCHEMA_TYPES = ["tensor(float)", "tensor(float16)", "tensor(bfloat16)"]
 # The element types the plugin's ops take, which a fuse rule's input must have.
 FLOAT_TYPES = ("FLOAT", "FLOAT16")
+# The 16-bit float types a decomposed lowering computes in float32 (TorchScript's scalar type name ->
+# ONNX element type: onnx.TensorProto.FLOAT16, BFLOAT16).
+NARROW_TYPES = {"Half": 10, "BFloat16": 16}
 # ReduceSum took its axes as an input from opset 13, ReduceMean and ReduceMax from 18 (onnx/defs/reduction)
 AXES_INPUT_SINCE = {"ReduceSum": 13, "ReduceMean": 18, "ReduceMax": 18}
 
@@ -85,9 +88,10 @@ class _TorchSource(forms.Emitter):
 
 def torch_reference(spec: OpSpec):
     """The declared form as a torch function reference(x, *other inputs, *attributes) with the torch
-    schema's names: computed in float32 or wider (float64 stays float64: the second derivatives are
-    checked in it), each output rounded once to x's dtype. Its source is generated once, so a call costs
-    what the composite written by hand costs (the bench's composite rows time it)."""
+    schema's names, as a user writes the composite: in x's dtype, and a form that sums over rows (a
+    reduction) in float32 or wider (float64 stays float64: the second derivatives are checked in it),
+    each output rounded once to x's dtype, as the ops' contract says. Its source is generated once, so
+    a call costs what the composite written by hand costs (the bench's composite rows time it)."""
     import torch
 
     inputs = list(spec.torch_input_names)
@@ -96,12 +100,13 @@ def torch_reference(spec: OpSpec):
     result = spec.decomposed(emitter, *(f"{n}_wide" for n in inputs), *attributes)
     results = result if isinstance(result, tuple) else (result,)
     parameters = ", ".join(inputs + [f"{a}={spec.attributes[o]!r}" for a, o in zip(attributes, spec.attributes)])
+    sums = any(node in forms.REDUCTIONS for node in _counted(spec, None))
     source = "\n".join([
         f"def reference({parameters}):",
-        "    wide = torch.promote_types(x.dtype, torch.float32)",
-        *(f"    {n}_wide = {n}.to(wide)" for n in inputs),
+        *(["    wide = torch.promote_types(x.dtype, torch.float32)"] if sums else []),
+        *(f"    {n}_wide = {n}.to(wide)" if sums else f"    {n}_wide = {n}" for n in inputs),
         *emitter.lines,
-        "    return " + ", ".join(f"{r}.to(x.dtype)" for r in results),
+        "    return " + ", ".join(f"{r}.to(x.dtype)" if sums else r for r in results),
     ])
     scope = {"torch": torch, "UNARY": forms.UNARY, "BINARY": forms.BINARY}
     exec(compile(source, f"<{spec.name} reference: {spec.formula}>", "exec"), scope)  # noqa: S102  (our own source)
@@ -149,12 +154,16 @@ class _OnnxscriptEmitter(forms.Emitter):
         return getattr(self.op, op_type)(*values)
 
 
+_UNKNOWN = object()  # an attribute's value not known: no node of it folds away
+
+
 def _counted(spec: OpSpec, attributes: dict | None) -> Counter:
     """The nodes the decomposed form writes with these attributes (None: attributes as unknown values, so
     that no node folds away: every node type the form can write)."""
     counter = forms.NodeCounter()
     values = [object() for _ in spec.inputs]
-    given = list(attributes.values()) if attributes is not None else [object() for _ in spec.attributes]
+    given = [object() for _ in spec.attributes] if attributes is None else \
+        [attributes.get(a, attributes.get(spec.torch_attribute(a), default)) for a, default in spec.attributes.items()]
     spec.decomposed(counter, *values, *given)
     return counter.nodes
 
@@ -241,7 +250,7 @@ class DeclaredOnnx:
             return Counter({self.spec.qualified: 1})
         if self.uses_standard(opset, exporter):
             return Counter({self.standard.qualified: 1})
-        nodes = _counted(self.spec, {**self.spec.attributes, **(attributes or {})})
+        nodes = _counted(self.spec, attributes or {})  # by ONNX or torch name; the declared defaults elsewhere
         # float16: each full-shaped input cast in and each output out; a weight's Cast is folded into it
         return nodes + (Counter({"Cast": self.spec.full_inputs + len(self.spec.outputs)}) if dtype != "float32"
                         else Counter())
@@ -269,7 +278,17 @@ class DeclaredOnnx:
             return typed(g.op(spec.qualified, *args[:tensors], **attributes, outputs=outputs), args[0])
 
         def decomposed(g, *args):
-            return typed(spec.decomposed(_TorchScriptEmitter(g), *args), args[0])
+            # a 16-bit x (a CUDA model; model_export takes them) is summed in float32, as the contract says:
+            # each tensor cast in, computed, each output cast back
+            x = args[0]
+            stored = x.type().scalarType() if x.type().kind() == "TensorType" else None
+            if stored not in NARROW_TYPES:
+                return typed(spec.decomposed(_TorchScriptEmitter(g), *args), x)
+            wide = [g.op("Cast", t, to_i=1) for t in args[:tensors]]  # 1: onnx.TensorProto.FLOAT
+            results = spec.decomposed(_TorchScriptEmitter(g), *wide, *args[tensors:])
+            results = results if isinstance(results, tuple) else (results,)
+            narrowed = tuple(g.op("Cast", r, to_i=NARROW_TYPES[stored]) for r in results)
+            return typed(narrowed if outputs > 1 else narrowed[0], x)
 
         # parse_args reads the parameters' names off the signature: one per argument of the torch schema
         names = ["g", *spec.torch_input_names, *(spec.torch_attribute(a) for a in spec.attributes)]
@@ -318,12 +337,12 @@ class DeclaredOnnx:
             # The exporter's values carry their element type (onnx_ir DataType, an int enum): a narrow
             # input is summed in float32, as the contract says: cast in, compute, cast back.
             stored = getattr(values[0], "dtype", None)
-            narrow = stored is not None and int(stored) != onnx.TensorProto.FLOAT
+            narrow = stored is not None and int(stored) in NARROW_TYPES.values()
 
             def wide(value):
                 kind = getattr(value, "dtype", None)
                 return emitter.op.Cast(value, to=onnx.TensorProto.FLOAT) if kind is not None and \
-                    int(kind) != onnx.TensorProto.FLOAT else value
+                    int(kind) in NARROW_TYPES.values() else value
 
             tensors_in = [wide(v) for v in values[:tensors]] if narrow else values[:tensors]
             result = spec.decomposed(emitter, *tensors_in, *(float(v) for v in values[tensors:]))
@@ -338,15 +357,17 @@ class DeclaredOnnx:
 
     def fuse_rules(self, report) -> list:
         """ops.fuse's onnxscript rules: the declared form (with Div also as Mul by Reciprocal, Pow 2 also as
-        x*x, an attribute at an identity default also as its node left out: x*Sigmoid(x) for Swish at beta
-        1), and each declared fused node. Constants must be one-element constants, reductions over the
-        last axis keeping it, weights one value per channel; where not, refused with the reason."""
+        x*x, an attribute at a value that makes its node an identity also as that node left out, as every
+        lowering writes it: x*Sigmoid(x) for Swish at beta 1, no Add for RMSNorm at epsilon 0), and each
+        declared fused node. Constants must be one-element constants, reductions over the last axis keeping
+        it, weights one value per channel; where not, refused with the reason."""
         rules = [self._form_rule(report, fixed={})]
-        for name, default in self.spec.attributes.items():
-            fixed = {name: default}
-            if sum(_counted(self.spec, {**dict.fromkeys(self.spec.attributes, object()), **fixed}).values()) < \
-                    sum(_counted(self.spec, None).values()):
-                rules.append(self._form_rule(report, fixed=fixed))
+        unknown = dict.fromkeys(self.spec.attributes, _UNKNOWN)
+        every_node = sum(_counted(self.spec, None).values())
+        for name in self.spec.attributes:
+            for value in sorted({v for _, _, v in forms.IDENTITIES}):
+                if sum(_counted(self.spec, {**unknown, name: value}).values()) < every_node:
+                    rules.append(self._form_rule(report, fixed={name: value}))
         rules += [self._fused_node_rule(report, node) for node in self.spec.fused_nodes]
         return rules
 

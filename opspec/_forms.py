@@ -18,22 +18,55 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable
 
+NAN, INF = float("nan"), float("inf")
+
+
+def _ieee(function):
+    """function with IEEE float results where Python's math raises (sqrt(-1) is NaN, 1/0 is inf, exp(1000)
+    inf), as ONNX computes them: folding a constant never fails where the graph would run."""
+    def folded(*args):
+        try:
+            value = function(*args)
+        except OverflowError:
+            return INF
+        except (ValueError, ZeroDivisionError):
+            return NAN
+        return value.real if isinstance(value, complex) and not value.imag else (NAN if isinstance(value, complex)
+                                                                                 else float(value))
+    return folded
+
+
+def _divide(a: float, b: float) -> float:
+    if b:
+        return a / b
+    return NAN if a == 0 or math.isnan(a) else math.copysign(INF, a) * math.copysign(1.0, b)
+
+
+def _log(a: float) -> float:
+    return math.log(a) if a > 0 else (-INF if a == 0 else NAN)
+
+
 # The ONNX ops a decomposed form may use, each with one meaning in every world. Reductions run over the
 # last axis and keep it (the row of a rowwise op).
-UNARY = {
-    "Neg": lambda a: -a, "Abs": abs, "Sqrt": math.sqrt, "Reciprocal": lambda a: 1.0 / a, "Exp": math.exp,
-    "Log": math.log, "Tanh": math.tanh, "Sigmoid": lambda a: 1.0 / (1.0 + math.exp(-a)), "Erf": math.erf,
-    "Relu": lambda a: max(a, 0.0), "Softplus": lambda a: math.log1p(math.exp(a)),
-}
-BINARY = {
-    "Add": lambda a, b: a + b, "Sub": lambda a, b: a - b, "Mul": lambda a, b: a * b, "Div": lambda a, b: a / b,
+UNARY = {name: _ieee(f) for name, f in {
+    "Neg": lambda a: -a, "Abs": abs, "Sqrt": lambda a: math.sqrt(a) if a >= 0 else NAN,
+    "Reciprocal": lambda a: _divide(1.0, a), "Exp": math.exp, "Log": _log, "Tanh": math.tanh,
+    "Sigmoid": lambda a: 1.0 / (1.0 + math.exp(-a)) if a > -700 else 0.0, "Erf": math.erf,
+    "Relu": lambda a: max(a, 0.0), "Softplus": lambda a: math.log1p(math.exp(a)) if a < 700 else a,
+}.items()}
+BINARY = {name: _ieee(f) for name, f in {
+    "Add": lambda a, b: a + b, "Sub": lambda a, b: a - b, "Mul": lambda a, b: a * b, "Div": _divide,
     "Pow": lambda a, b: a ** b, "Max": max, "Min": min,
-}
+}.items()}
 REDUCTIONS = ("ReduceMean", "ReduceSum", "ReduceMax")
 VOCABULARY = (*UNARY, *BINARY, *REDUCTIONS)
 # (op, which operand, value): that operand at that value makes the node its other operand
 IDENTITIES = {("Mul", 0, 1.0), ("Mul", 1, 1.0), ("Div", 1, 1.0), ("Add", 0, 0.0), ("Add", 1, 0.0), ("Sub", 1, 0.0),
               ("Pow", 1, 1.0)}
+
+
+# the names a fuse rule's functions take besides the op's inputs and attributes (onnxscript's rewriter)
+FORM_RESERVED = frozenset({"op", "context"})
 
 
 class FormError(ValueError):
@@ -51,7 +84,7 @@ class Emitter:
         raise NotImplementedError
 
     def __getattr__(self, op_type: str) -> Callable:
-        if op_type.startswith("_"):
+        if not op_type[:1].isupper():  # not an ONNX op's name: hasattr() and copies see a plain object
             raise AttributeError(op_type)
         if op_type not in VOCABULARY:
             raise FormError(f"op.{op_type}: a decomposed form may use {', '.join(VOCABULARY)} (one meaning in every "
@@ -89,10 +122,11 @@ class NodeCounter(Emitter):
 
 
 class Term:
-    """A value of the text emitter: its formula and how tightly it binds (0 sum, 1 product, 2 atom)."""
+    """A value of the text emitter: its formula, how tightly it binds (0 sum, 1 product, 2 atom), and
+    whether it is made of attributes and numbers only (a constant in an exported file)."""
 
-    def __init__(self, text: str, binding: int = 2):
-        self.text, self.binding = text, binding
+    def __init__(self, text: str, binding: int = 2, constant: bool = False):
+        self.text, self.binding, self.constant = text, binding, constant
 
     def within(self, binding: int) -> str:
         return self.text if self.binding >= binding else f"({self.text})"
@@ -111,10 +145,17 @@ class Text(Emitter):
         return self.choices.pop(0) if self.choices else 0
 
     def node(self, op_type, args):
-        a, b = (*(arg if isinstance(arg, Term) else Term(f"{float(arg):g}") for arg in args), None)[:2]
-        if op_type == "Div" and self._choice() == 1:
+        terms = [arg if isinstance(arg, Term) else Term(f"{float(arg):g}", constant=True) for arg in args]
+        term = self._node(op_type, args, *terms, None)
+        term.constant = all(t.constant for t in terms)
+        return term
+
+    def _node(self, op_type, args, a, b, *_):
+        # the fuse rule matches two spellings only where the node is one in the file, not a folded constant
+        spelled = not all(t.constant for t in (a, b) if t is not None)
+        if op_type == "Div" and spelled and self._choice() == 1:
             return Term(f"{a.within(1)}*Reciprocal({b.text})", 1)
-        if op_type == "Pow" and args[1] == 2.0 and self._choice() == 1:
+        if op_type == "Pow" and is_number(args[1]) and float(args[1]) == 2.0 and spelled and self._choice() == 1:
             return Term(f"{a.within(2)}*{a.within(2)}", 1)
         if op_type in ("Add", "Sub"):
             return Term(f"{a.text}{'+' if op_type == 'Add' else '-'}{b.within(0 if op_type == 'Add' else 1)}", 0)
@@ -126,7 +167,7 @@ class Text(Emitter):
 
     def formula(self, decomposed: Callable, inputs: tuple, attributes: tuple) -> str:
         result = decomposed(self, *(Term(n.lower()) for n in inputs),
-                            *(Term(a) if isinstance(a, str) else a for a in attributes))
+                            *(Term(a, constant=True) if isinstance(a, str) else a for a in attributes))
         results = result if isinstance(result, tuple) else (result,)
         return ", ".join(r.text if isinstance(r, Term) else f"{r:g}" for r in results)
 
@@ -162,6 +203,10 @@ def check_form(name: str, decomposed: Callable, inputs: tuple, attributes: dict,
                kind: str | None) -> Counter:
     """The node counts of the form at the op's default attributes; FormError, naming the op, where it is
     not a form the emitters can read."""
+    taken = sorted({n.lower() for n in inputs} & FORM_RESERVED | set(attributes) & FORM_RESERVED)
+    if taken or any(n.lower().startswith("form_") for n in (*inputs, *attributes)):
+        raise FormError(f"OpSpec {name!r}: inputs and attributes named {taken or 'form_...'} would meet the fuse "
+                        f"rules' own names ({', '.join(sorted(FORM_RESERVED))}, form_*): rename them")
     counter = NodeCounter()
     values = [_Counted(f"input {n}") for n in inputs]
     try:

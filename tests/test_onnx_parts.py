@@ -6,6 +6,8 @@ against torch's own arithmetic and graphs built by hand; Swish's and RMSNorm's f
 exporters and ORT in test_alignment_onnx.py and test_fuse.py."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -43,6 +45,9 @@ def test_a_form_the_emitters_cannot_read_is_refused_with_what_to_do():
         OpSpec("bad", "Bad", ("X",), kind="elementwise", outputs=("Y", "Z"), decomposed=lambda op, x: op.Exp(x))
     with pytest.raises(FormError, match=r"op\.Mul takes 2 arguments, got 1"):
         OpSpec("bad", "Bad", ("X",), kind="elementwise", decomposed=lambda op, x: op.Mul(x))
+    with pytest.raises(FormError, match=r"named \['context'\] would meet the fuse rules' own names"):
+        OpSpec("bad", "Bad", ("X", "context"), kind="elementwise", full_inputs=2,
+               decomposed=lambda op, x, context: op.Mul(x, context))
     with pytest.raises(ValueError, match=r"requires \['axis'\] without a default"):
         FusedNode("LayerNormalization", requires={"axis": -1})
 
@@ -60,7 +65,16 @@ def test_formulas_fold_identities_and_constants():
     assert parts.expected_nodes("decomposed", 18, "dynamo", {"beta": 1.5}) == {"Mul": 2, "Sigmoid": 1}
     assert parts.expected_nodes("decomposed", 18, "dynamo", {"beta": 1.5}, dtype="float16")["Cast"] == 2
     assert parts.expected_nodes("custom", 18, "dynamo") == {"myops::S": 1}
-    assert {"Mul", "Sigmoid", "Cast", "myops::S"} <= parts.NODE_TYPES
+    # every node type a lowering may write, also one that folds away at the attributes' defaults
+    assert "Neg" in DeclaredOnnx(CLAMPED).NODE_TYPES and "Neg" not in DeclaredOnnx(CLAMPED).expected_nodes(
+        "decomposed", 18, "dynamo")
+    # attributes by ONNX or torch name: epsilon 0 leaves no Add
+    norm = DeclaredOnnx(NORM)
+    assert norm.expected_nodes("decomposed", 18, "dynamo", {"eps": 0.0})["Add"] == 1  # the bias's
+    assert norm.expected_nodes("decomposed", 18, "dynamo", {"epsilon": 0.5})["Add"] == 2
+    # constants fold as ONNX computes them, never raising where a graph would run
+    assert math.isnan(forms.UNARY["Sqrt"](-1.0)) and forms.BINARY["Div"](1.0, 0.0) == math.inf
+    assert forms.UNARY["Log"](0.0) == -math.inf and math.isnan(forms.BINARY["Pow"](-8.0, 0.5))
 
 
 def test_the_reference_is_the_form_in_torch_computed_in_float32_or_wider():
@@ -132,6 +146,26 @@ def test_the_form_as_written_by_hand_becomes_one_node_with_its_attributes():
     lower = next(t for t in model.graph.initializer if numpy_helper.to_array(t).tolist() == -2.5)
     lower.CopyFrom(helper.make_tensor(lower.name, TensorProto.FLOAT, [], [-1.0]))
     assert "ClampedGate" not in _fused(CLAMPED, model)[0]
+    # an attribute at a value that folds its node away, as every lowering writes it: epsilon 0, no Add
+    types, attributes, report = _fused(NORM, _form_graph(NORM, [0.0]))
+    assert types == ["LayerNormProbe"] and attributes == {"epsilon": 0.0}
+    assert list(report.replaced) == [("layer_norm_probe", "(x-mean(x))/Sqrt(mean((x-mean(x))^2))*weight+bias")]
+
+
+def test_the_report_names_the_spelling_that_was_matched():
+    """A Div of attributes is a constant in the file, with one spelling; the report's choices skip it."""
+    drift = OpSpec("drift_probe", "DriftProbe", ("X", "gate"), {"limit": 2.0}, kind="elementwise", full_inputs=2,
+                   decomposed=lambda op, x, gate, limit: op.Mul(op.Min(op.Max(x, op.Div(-1.0, limit)), limit),
+                                                                op.Div(x, gate)))
+    const = helper.make_tensor
+    nodes = [helper.make_node("Max", ["x", "low"], ["c"]), helper.make_node("Min", ["c", "high"], ["m"]),
+             helper.make_node("Reciprocal", ["gate"], ["r"]), helper.make_node("Mul", ["x", "r"], ["q"]),
+             helper.make_node("Mul", ["m", "q"], ["y"])]
+    types, attributes, report = _fused(drift, _model(nodes, [const("low", TensorProto.FLOAT, [], [-0.25]),
+                                                             const("high", TensorProto.FLOAT, [], [4.0])],
+                                                     [("x", ["batch", 32]), ("gate", ["batch", 32])]))
+    assert types == ["DriftProbe"] and attributes == {"limit": pytest.approx(4.0)}
+    assert list(report.replaced) == [("drift_probe", "Min(Max(x, -1/limit), limit)*x*Reciprocal(gate)")]
 
 
 def test_the_other_spellings_and_operand_orders_are_the_form_too():
