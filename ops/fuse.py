@@ -3,10 +3,10 @@
 
 The rules are onnxscript pattern-rewriter rules, read from each op's declaration (its decomposed form
 and fused nodes, made into rules by ops/onnx_parts.py) for the forms the exporters and ORT's optimizer
-write. A match whose constants
-cannot be read (an epsilon or a beta that is a graph input or computed at run time) is refused with the
-reason, never guessed. OUT is then run against IN in ONNX Runtime, the plugin registered, on random
-inputs at two shapes, and it is written only when every output agrees within layer 2's tolerance.
+write. A match whose constants cannot be read (an epsilon or a beta that is a graph input or computed
+at run time) is refused with the reason, never guessed. OUT is then run against IN in ONNX Runtime,
+the plugin registered, on random inputs at two shapes, and it is written only when every output agrees
+within layer 2's tolerance.
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from lab.files import write_text_atomic
 from opspec import DOMAIN, DOMAIN_VERSION
 
 # what a rule's check reads of a match (a scaffolded op's ops/<op>_onnx.py imports them from here)
-from .onnx_parts import FLOAT_TYPES, _may_broadcast, float_input, same_shapes, scalar, where  # noqa: F401
+from .onnx_parts import float_input, same_shapes, scalar, where  # noqa: F401
 
 # Layer 2's tolerance (tests/test_alignment_onnx.py): ORT with the plugin against its reference.
 RTOL, ATOL = 1e-4, 1e-5

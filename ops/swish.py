@@ -73,4 +73,4 @@ OP = TorchOp(
     # Swish's targets (copy floors, ORT's QuickGelu and Swish-24, F.silu, the composite) need more
     # rows than the generic ones: bench.targets keeps them.
 )
-reference = OP.reference  # x*Sigmoid(x*beta), in float32 or wider: alignment layer 1's ground truth
+reference = OP.reference  # x*Sigmoid(x*beta) in x's dtype: alignment layer 1's ground truth

@@ -104,10 +104,7 @@ class Emitter:
 
 
 class _Counted:
-    """A value of the counting emitter: where it comes from, for the checks."""
-
-    def __init__(self, source: str):
-        self.source = source
+    """A value of the counting emitter: an input or a node's result (the check tells them from numbers)."""
 
 
 class NodeCounter(Emitter):
@@ -118,7 +115,7 @@ class NodeCounter(Emitter):
 
     def node(self, op_type, args):
         self.nodes[op_type] += 1
-        return _Counted(op_type)
+        return _Counted()
 
 
 class Term:
@@ -200,15 +197,14 @@ class FusedNode:
 
 
 def check_form(name: str, decomposed: Callable, inputs: tuple, attributes: dict, outputs: tuple,
-               kind: str | None) -> Counter:
-    """The node counts of the form at the op's default attributes; FormError, naming the op, where it is
-    not a form the emitters can read."""
+               kind: str | None) -> None:
+    """FormError, naming the op, where its form is not one the emitters can read (run at its defaults)."""
     taken = sorted({n.lower() for n in inputs} & FORM_RESERVED | set(attributes) & FORM_RESERVED)
     if taken or any(n.lower().startswith("form_") for n in (*inputs, *attributes)):
         raise FormError(f"OpSpec {name!r}: inputs and attributes named {taken or 'form_...'} would meet the fuse "
                         f"rules' own names ({', '.join(sorted(FORM_RESERVED))}, form_*): rename them")
     counter = NodeCounter()
-    values = [_Counted(f"input {n}") for n in inputs]
+    values = [_Counted() for _ in inputs]
     try:
         result = decomposed(counter, *values, *attributes.values())
     except FormError as exc:
@@ -226,7 +222,6 @@ def check_form(name: str, decomposed: Callable, inputs: tuple, attributes: dict,
     if reduced and kind != "rowwise":
         raise FormError(f"OpSpec {name!r}: its decomposed form reduces ({', '.join(reduced)}) over the last axis, "
                         "which only a rowwise op does: declare kind='rowwise'")
-    return counter.nodes
 
 
 class OnnxNodes(Emitter):

@@ -191,7 +191,7 @@ def test_inputs_that_may_broadcast_are_told_from_ones_that_cannot():
     broadcast): another rank, two fixed sizes that differ, a fixed 1 against a symbolic size."""
     import onnx_ir as ir
 
-    from ops.fuse import _may_broadcast
+    from ops.onnx_parts import _may_broadcast
 
     batch, seq = ir.SymbolicDim("batch"), ir.SymbolicDim("seq")
     assert not _may_broadcast((batch, seq, 768), (batch, seq, 768))
