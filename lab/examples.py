@@ -2,8 +2,8 @@
 scaffold to a measured run, in a copy of the tree (build/examples/NAME/; the checkout is not touched).
 
 It scaffolds NAME there as `nox -s new_op` would (with the example's options), applies
-docs/examples/NAME.patch (the few edits a user makes: the math in kernels/, the reference, the ONNX
-lowering, the bench targets), runs the op's generated tests and, with --bench, measures it with
+docs/examples/NAME.patch (the few edits a user makes: the math in kernels/ and the declaration's form
+and targets; for a row-wise op also its reference and ONNX lowering), runs the op's tests and, with --bench, measures it with
 `python -m bench.run --workload NAME ...`, writing to --results (default results/examples/NAME/, where
 the committed run of each example lives). Rows record this checkout's git sha and state.
 """
@@ -37,6 +37,14 @@ BENCH_PEERS = {"layer_norm": ("rms_norm",)}
 
 class ExampleError(RuntimeError):
     pass
+
+
+def example_tests(name: str) -> list[str]:
+    """pytest's arguments for an example's tests: an elementwise op's are every declared op's, run for it
+    (tests/test_declared_ops.py), a row-wise op's its own generated module."""
+    if EXAMPLES[name].get("kind", "elementwise") == "elementwise":
+        return ["tests/test_declared_ops.py", "-k", name]
+    return [f"tests/test_{name}.py"]
 
 
 def compiler_cache_env(copy: Path) -> dict[str, str]:
@@ -111,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         copy = prepare(args.name, WORK / args.name)
-        _run(copy, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"tests/test_{args.name}.py")
+        _run(copy, "-m", "pytest", "-q", "-p", "no:cacheprovider", *example_tests(args.name))
         if args.bench:
             results = args.results or REPO / "results" / "examples" / args.name
             _run(copy, "-m", "bench.run", "--workload", args.name, *BENCH_PEERS.get(args.name, ()),

@@ -2,16 +2,18 @@
 [--inputs N|x,...] [--outputs N|y,...] [--weights W,...] [--attributes A=V,...] [--native EXPR]` (or
 `python -m lab.new_op NAME ...`).
 
-Writes, from lab/new_op_templates/<kind>/, the op's torch-free declaration (opspec/), its math header and
-CUDA functors (kernels/), the extension's schema and CPU/CUDA kernels (ops/csrc/), its Python side
-with fakes, autograd and declaration (ops/<name>.py), its ONNX lowerings (ops/<name>_onnx.py), the
-plugin's CPU and CUDA kernels (ort_plugin/src/) and its tests. An elementwise op is the identity (the
-product of its inputs, with several; each further output twice the one before) until edited (its CPU
-kernels in Highway vectors, kernels/<name>_vec-inl.h); a row-wise op, over the last dimension with per-channel weights and float
-attributes, centres each row and scales it by its weights until edited (plain loops GCC vectorises,
-RMSNorm's CUDA reduction). Either way the scaffold
-builds and its tests pass as written. Nothing else is edited: the registries
-(opspec, ops.registry, the plugin's op_registry.h) and the builds' globs find the new files.
+Writes, from lab/new_op_templates/<kind>/:
+- an elementwise op: two files, its torch-free declaration (opspec/<name>.py, with its decomposed form in
+  ONNX ops) and its math (kernels/<name>.h: one element's forward and backward). Everything else is made
+  from them: the extension's and the plugin's adapters, loops and CUDA launchers (opspec/codegen), its torch
+  side (ops.registry), its ONNX parts and fuse rule (ops/onnx_parts.py) and its tests
+  (tests/test_declared_ops.py). It is x*x (the product of its inputs, with several; each further output
+  twice the one before) until edited.
+- a row-wise op, over the last dimension with per-channel weights and float attributes: its declaration,
+  math header and CUDA kernels, extension and plugin adapters, Python side, ONNX lowerings and tests (the
+  kind still written out in full); it centres each row and scales it by its weights until edited.
+Either way the scaffold builds and its tests pass as written, and nothing else is edited: the registries
+and the builds' globs find the new files.
 """
 from __future__ import annotations
 
@@ -288,279 +290,72 @@ def parse_outputs(text: str) -> tuple[str, ...]:
 
 
 def _check_generated_names(inputs: tuple[str, ...], outputs: tuple[str, ...]) -> None:
-    """The names the generated code derives from each input and output: no two may meet (gate and gatec,
-    x and dx, an output named like an input)."""
-    derived = [f"{n}{suffix}" for n in inputs for suffix in ("", "c", "p")] + \
-        [f"{prefix}{n}{suffix}" for n in inputs for prefix, suffix in (("d", ""), ("d", "p"), ("vd", ""))] + \
-        [f"{prefix}{n}{suffix}" for n in outputs[1:] for prefix, suffix in (("", ""), ("", "p"), ("v", ""),
-                                                                            ("grad_", ""), ("grad_", "c"), ("grad_", "p"))]
-    fixed = {"gc", "gp", "y", "yp", "vy", "grad", "outs"}
-    clash = sorted({d for d in derived if derived.count(d) > 1} | (set(derived) & fixed))
+    """The names the math header's functions take: the inputs, the outputs, each output's gradient (grad,
+    grad_<output>) and each input's (d<input>); no two may meet (x and dx, an output named like an input)."""
+    derived = [*inputs, *outputs, "grad", *(f"grad_{o}" for o in outputs[1:]), *(f"d{i}" for i in inputs)]
+    clash = sorted({d for d in derived if derived.count(d) > 1})
     if clash:
         what = "input and output" if len(outputs) > 1 else "input"
         raise ScaffoldError(f"--inputs {','.join(inputs)}{' --outputs ' + ','.join(outputs) if len(outputs) > 1 else ''}: "
-                            f"the generated code would name two things {', '.join(clash)}; choose {what} names that "
-                            "are not another's name with a d, v or grad_ in front or a c or p behind")
+                            f"the math's functions would name two things {', '.join(clash)}; choose {what} names that "
+                            "are not another's name with a d or grad_ in front")
 
 
 def elementwise_values(name: str, inputs: tuple[str, ...], outputs: tuple[str, ...] = ("y",)) -> dict[str, str]:
-    """The generated parts of the elementwise templates: signatures and lists over the inputs (x first) and
-    the outputs (y first), and the placeholder math: y is the identity for one input, the product of the
-    inputs for several; each further output is twice the one before (y, 2y, 4y, ...)."""
+    """The generated parts of the elementwise templates (the declaration and the math header): signatures
+    over the inputs (x first) and the outputs (y first), and the placeholder math: y is x*x for one input,
+    the product of the inputs for several; each further output is twice the one before (y, 2y, 4y, ...)."""
     _check_generated_names(inputs, outputs)
     n, m = len(inputs), len(outputs)
-    many = n > 1
-    several = m > 1
-    grads = [f"d{i}" for i in inputs]
-    others = inputs[1:]
+    many, several = n > 1, m > 1
     extra = outputs[1:]
     out_grads = ["grad", *(f"grad_{o}" for o in extra)]
-    # The placeholder's further outputs: outputs[k] = outputs[k-1] + outputs[k-1] = 2^k y (exact in any float).
-    doublings = [(o, outputs[k]) for k, o in enumerate(extra)]
-
-    def product_without(k: int, prefix: str = "") -> str:
-        rest = [f"{prefix}{i}" for j, i in enumerate(inputs) if j != k]
-        return " * ".join(["grad", *rest])
-
-    onnx_names = ("X", *others)
+    grads = [f"d{i}" for i in inputs]
+    factors = list(inputs) if many else ["x", "x"]
+    doublings = [(o, outputs[k]) for k, o in enumerate(extra)]  # (output, the one before it)
+    onnx_names = ("X", *inputs[1:])  # as the old scaffold named them: X, then the others as given
     onnx_outputs = ("Y", *extra)
     quoted_outputs = [f'"{o}"' for o in onnx_outputs]
     indent = "\n  "
-    base = "the product of its inputs" if many else "the identity"
-    forward_body = " * ".join(inputs)
-    vec_forward_body = ("hn::Mul(" * (n - 1)) + inputs[0] + "".join(f", {i})" for i in others)
-    decomposed_body = (("op.Mul(" * (n - 1)) + inputs[0] + "".join(f", {i})" for i in others)) if many else "op.Identity(x)"
-    py_reference = " * ".join(inputs) if many else "x.clone()"
-    indexed = ", ".join(f"{i}[i]" for i in inputs)
-    in_list = ", ".join(f"in[{k}]" for k in range(n))
-    decomposed_nodes = (['"Mul"'] * (n - 1) if many else ['"Identity"']) + ['"Add"'] * (m - 1)
 
-    def doubled(prefix: str, add: str, suffix: str = "", pairs=doublings) -> str:  # each output twice the one before
-        return "".join(f"\n{prefix}{o} = {add.format(a=before)}{suffix}" for o, before in pairs)
+    def product(items) -> str:
+        return " * ".join(items)
 
-    # In ONNX the identity's first double reads x: the exporters' optimisers forward an Identity's input to
-    # its readers, and the fuse rule must match what they write.
-    onnx_doublings = doublings if many else [(doublings[0][0], "x"), *doublings[1:]] if several else []
+    def product_without(k: int) -> str:  # grad times the factors other than the k-th
+        return product(["grad", *(f for j, f in enumerate(factors) if j != k)])
 
-    def loads(tag: str, names) -> str:
-        return ", ".join(f"hn::LoadU({tag}, {i} + i)" for i in names)
-
-    def vec_forward_step(tag: str) -> str:
-        if not several:
-            return f" hn::StoreU(Forward1({tag}, {loads(tag, inputs)}), {tag}, y + i);"
-        return (f" {{\n    hn::Vec<decltype({tag})> {', '.join(f'v{o}' for o in outputs)};"
-                f"\n    Forward1({tag}, {loads(tag, inputs)}, {', '.join(f'v{o}' for o in outputs)});"
-                + "".join(f"\n    hn::StoreU(v{o}, {tag}, {o} + i);" for o in outputs) + "\n  }")
-
-    def ts_lines(call: str) -> str:  # a TorchScript symbolic's body: each output typed as x
-        if several:
-            return f"        outputs = {call}\n        for value in outputs:\n            value.setType(x.type())" \
-                   "\n        return outputs"
-        return f"        y = {call}\n        y.setType(x.type())\n        return y"
-
-    # y's gradient gathers every output's: the placeholder's k-th further output is 2^k y.
-    def gathered(line: str) -> str:
-        return "".join(indent + line.format(c=2 ** (k + 1), g=g) for k, g in enumerate(out_grads[1:]))
-
+    # y's gradient gathers the further outputs' first: the k-th further output is 2^k y.
+    gathered = "".join(f"{indent}grad = grad + T({2 ** (k + 1)}) * {g};" for k, g in enumerate(out_grads[1:]))
+    if many:
+        backward = gathered + "".join(f"{indent}{d} = {product_without(k)};" for k, d in enumerate(grads))
+    else:  # d(x*x)/dx, summed as torch's autograd sums the two factors' terms
+        backward = gathered + f"{indent}dx = grad * x + grad * x;"
+    decomposed = ("op.Mul(" * (len(factors) - 1)) + factors[0] + "".join(f", {f})" for f in factors[1:])
+    decomposed_lines = (f"    y = {decomposed}" + "".join(f"\n    {o} = op.Add({a}, {a})" for o, a in doublings)
+                        + f"\n    return {', '.join(outputs)}") if several else f"    return {decomposed}"
     return {
-        "input_count": str(n),
         "input_args": ", ".join(inputs),
-        "input_tuple": "".join(f"{i}, " for i in inputs).rstrip(),
-        "inputs_note": f" over {n} inputs of one shape" if many else "",
-        "placeholder": base + (f" (y), with {', '.join(f'{o} = {2 ** (k + 1)}y' for k, o in enumerate(extra))}"
-                               if several else ""),
-        "placeholder_py": " * ".join(f"inputs[{k}]" for k in range(n)),
         "onnx_input_list": ", ".join(onnx_names),
         "onnx_inputs": ", ".join(f'"{i}"' for i in onnx_names) + ("" if many else ","),
         "full_inputs": f" full_inputs={n}," if many else "",
         "outputs_field": f" outputs=({', '.join(quoted_outputs)})," if several else "",
-        # the outputs
-        "output_count": str(m),
-        "output_word": "outputs'" if several else "output's",
+        "placeholder": ("the product of its inputs" if many else "x*x")
+                       + (f" (y), with {', '.join(f'{o} = {2 ** (k + 1)}y' for k, o in enumerate(extra))}" if several else ""),
         "output_text": f"({', '.join(outputs)})" if several else "y",
         "onnx_output_text": f"({', '.join(onnx_outputs)})" if several else "Y",
-        "output_args": ", ".join(outputs),
-        "outgrad_args": ", ".join(out_grads),
-        "input_count_text": f"{n} inputs ({', '.join(onnx_names)})" if many else "one input (X)",
-        # kernels/NAME.h
-        "t_params": ", ".join(f"T {i}" for i in inputs),
-        "outputs_decl": (f"\ninline constexpr int kOutputs = {m};  // {', '.join(outputs)}: each of the inputs' shape"
-                         f"\n\n// The outputs of one element.\ntemplate <typename T>\nstruct Outputs {{"
-                         + "".join(f"{indent}T {o};" for o in outputs) + "\n};") if several else "",
-        "forward_type": "Outputs<T>" if several else "T",
-        "forward_lines": (f"  const T y = {forward_body};" + doubled("  const T ", "{a} + {a}", ";")
-                          + f"\n  return {{{', '.join(outputs)}}};") if several else f"  return {forward_body};",
-        "grads_note": (f"\n// grad is y's gradient, {', '.join(out_grads[1:])} {'each other output' if m > 2 else extra[0]}'s; the "
-                       "placeholder's outputs all derive from y (each\n// twice the one before), so y's gradient "
-                       "gathers theirs first." if several else ""),
-        "t_outgrad_params": ", ".join(f"T {g}" for g in out_grads),
-        "grad_fields": "".join(f"{indent}T {i};" for i in inputs),
-        "backward_body": gathered("grad = grad + T({c}) * {g};")
-        + (f"{indent}return {{{', '.join(product_without(k) for k in range(n))}}};" if many
-           else f"{indent}(void)x;{indent}return {{grad}};"),
-        "float_in_params": ", ".join(f"const float* {i}" for i in inputs),
-        "float_grad_params": ", ".join(f"float* {g}" for g in grads),
-        "double_in_params": ", ".join(f"const double* {i}" for i in inputs),
-        "double_grad_params": ", ".join(f"double* {g}" for g in grads),
-        "float_out_params": ", ".join(f"float* {o}" for o in outputs),
-        "double_out_params": ", ".join(f"double* {o}" for o in outputs),
-        "float_outgrad_params": ", ".join(f"const float* {g}" for g in out_grads),
-        "double_outgrad_params": ", ".join(f"const double* {g}" for g in out_grads),
-        "indexed_outgrads": ", ".join(f"{g}[i]" for g in out_grads),
-        "double_forward_loop": (f"  for (int64_t i = 0; i < n; ++i) {{\n    const Outputs<double> outs = forward({indexed});"
-                                + "".join(f"\n    {o}[i] = outs.{o};" for o in outputs) + "\n  }") if several else
-                               f"  for (int64_t i = 0; i < n; ++i) y[i] = forward({indexed});",
+        "decomposed_lines": decomposed_lines,
+        "forward_params": ", ".join([*(f"T {i}" for i in inputs), *(f"T& {o}" for o in outputs)]),
+        "forward_lines": f"  y = {product(factors)};" + "".join(f"{indent}{o} = {a} + {a};" for o, a in doublings),
         "grad_args": ", ".join(grads),
-        "indexed_inputs": indexed,
-        "store_grads": "".join(f"\n    {g}[i] = g.{i};" for g, i in zip(grads, inputs)),
-        # kernels/NAME_vec-inl.h
-        "v_params": ", ".join(f"V {i}" for i in inputs),
-        "v_grad_params": ", ".join(f"V& {g}" for g in grads),
-        "vec_forward_type": "void" if several else "V",
-        "v_out_params": "".join(f", V& {o}" for o in outputs) if several else "",
-        "vec_forward_lines": (f"  y = {vec_forward_body};" + doubled("  ", "hn::Add({a}, {a})", ";")) if several
-                             else f"  return {vec_forward_body};",
-        "vec_forward_step_d": vec_forward_step("d"),
-        "vec_forward_step_d1": vec_forward_step("d1"),
-        "v_outgrad_params": ", ".join(f"V {g}" for g in out_grads),
-        "outgrad_loads_d": loads("d", out_grads),
-        "outgrad_loads_d1": loads("d1", out_grads),
-        "vec_backward_body": gathered("grad = hn::MulAdd(hn::Set(d, {c}.0f), {g}, grad);") + ("".join(
-            f"{indent}{g} = " + ("hn::Mul(" * (n - 1)) + "grad" + "".join(f", {i})" for j, i in enumerate(inputs) if j != k) + ";"
-            for k, g in enumerate(grads)) if many else f"{indent}(void)x;{indent}dx = grad;"),
-        "loads_d": loads("d", inputs),
-        "loads_d1": loads("d1", inputs),
-        "vec_grad_decls": ", ".join(f"v{g}" for g in grads),
-        "vec_grad_refs": ", ".join(f"v{g}" for g in grads),
-        "stores_d": "".join(f"\n    hn::StoreU(v{g}, d, {g} + i);" for g in grads),
-        "stores_d1": "".join(f"\n    hn::StoreU(v{g}, d1, {g} + i);" for g in grads),
-        # kernels/NAME_cuda.cu and .h
-        "in_list": in_list,
-        "in_list_after_grad": ", ".join(f"in[{k + m}]" for k in range(n)),
-        "cuda_out_count": "kOutputs" if several else "1",
-        "cuda_forward_body": (f"    const Outputs<float> outs = {name}::forward({in_list});"
-                              + "".join(f"\n    out[{k}] = outs.{o};" for k, o in enumerate(outputs))) if several else
-                             f"    out[0] = {name}::forward({in_list});",
-        "cuda_outgrad_list": ", ".join(f"in[{k}]" for k in range(m)),
-        "void_out_params": ", ".join(f"void* {o}" for o in outputs),
-        "void_outgrad_params": ", ".join(f"const void* {g}" for g in out_grads),
-        "cuda_store_grads": "".join(f"\n    out[{k}] = g.{i};" for k, i in enumerate(inputs)),
-        "void_in_params": ", ".join(f"const void* {i}" for i in inputs),
-        "void_grad_params": ", ".join(f"void* {g}" for g in grads),
-        # the torch adapters (ops/csrc)
-        "cpp_tensor_params": ", ".join(f"const at::Tensor& {i}" for i in inputs),
-        "cpp_forward_type": f"std::tuple<{', '.join(['at::Tensor'] * m)}>" if several else "at::Tensor",
-        "cpp_forward_return": f"std::make_tuple({', '.join(outputs)})" if several else "y",
-        "cpp_more_outputs": "".join(f"\n  at::Tensor {o} = at::empty_like(xc, at::MemoryFormat::Contiguous);" for o in extra),
-        "cpp_more_output_pointers": "".join(f"\n    scalar_t* {o}p = {o}.mutable_data_ptr<scalar_t>();" for o in extra),
-        "cpp_output_offsets": ", ".join(f"{o}p + begin" for o in outputs),
-        "cpp_outgrad_params": ", ".join(f"const at::Tensor& {g}" for g in out_grads),
-        "cpp_check_outgrads": "".join(f'\n  check_like_x({g}, x, "{name}_backward", "{g}");' for g in out_grads[1:]),
-        "cpp_contiguous_outgrads": "".join(f"\n  const at::Tensor {g}c = {g}.contiguous();" for g in out_grads[1:]),
-        "cpp_outgrad_pointers": "".join(f"\n    const scalar_t* {g}p = {g}c.const_data_ptr<scalar_t>();" for g in out_grads[1:]),
-        "cpp_outgrad_offsets": ", ".join(["gp + begin", *(f"{g}p + begin" for g in out_grads[1:])]),
-        "cuda_output_pointers": ", ".join(f"{o}.mutable_data_ptr()" for o in outputs),
-        "cuda_outgrad_pointers": ", ".join(["gc.const_data_ptr()", *(f"{g}c.const_data_ptr()" for g in out_grads[1:])]),
-        "schema_returns": f"({', '.join(['Tensor'] * m)})" if several else "Tensor",
-        "schema_outgrad_params": ", ".join(f"Tensor {g}" for g in out_grads),
-        "cpp_check_others": "".join(f'\n  check_like_x({i}, x, "{name}", "{i}");' for i in others),
-        "cpp_check_others_backward": "".join(f'\n  check_like_x({i}, x, "{name}_backward", "{i}");' for i in others),
-        "cuda_check_others": "".join(f'\n  check_like_x({i}, x, "{name}", "{i}");' for i in others),
-        "cuda_check_others_backward": "".join(f'\n  check_like_x({i}, x, "{name}_backward", "{i}");' for i in others),
-        "cpp_contiguous_others": "".join(f"\n  const at::Tensor {i}c = {i}.contiguous();" for i in others),
-        "cpp_const_pointers": "".join(f"\n    const scalar_t* {i}p = {i}c.const_data_ptr<scalar_t>();" for i in inputs),
-        "cpp_pointer_offsets": ", ".join(f"{i}p + begin" for i in inputs),
-        "cpp_grad_outputs": "".join(f"\n  at::Tensor {g} = at::empty_like(xc, at::MemoryFormat::Contiguous);" for g in grads),
-        "cpp_grad_pointers": "".join(f"\n    scalar_t* {g}p = {g}.mutable_data_ptr<scalar_t>();" for g in grads),
-        "cpp_grad_offsets": ", ".join(f"{g}p + begin" for g in grads),
-        "cpp_backward_type": f"std::tuple<{', '.join(['at::Tensor'] * n)}>" if many else "at::Tensor",
-        "cpp_backward_return": f"std::make_tuple({', '.join(grads)})" if many else "dx",
-        "cuda_const_pointers": ", ".join(f"{i}c.const_data_ptr()" for i in inputs),
-        "cuda_grad_pointers": ", ".join(f"{g}.mutable_data_ptr()" for g in grads),
-        "schema_params": ", ".join(f"Tensor {i}" for i in inputs),
-        "schema_backward_returns": f"({', '.join(['Tensor'] * n)})" if many else "Tensor",
-        # the plugin
-        "span_in_list": in_list,
-        "span_out_list": ", ".join(f"out[{k}]" for k in range(m)),
-        "output_count_text": f"{m} outputs ({', '.join(onnx_outputs)}) like X" if several else "one output like X",
-        "cuda_plugin_in_list": in_list,
-        # Python
-        "py_params": ", ".join(f"{i}: torch.Tensor" for i in inputs),
-        "py_return_type": f"tuple[{', '.join(['torch.Tensor'] * m)}]" if several else "torch.Tensor",
-        "py_reference_lines": (f"    y = {py_reference}" + doubled("    ", "{a} + {a}") + f"\n    return {', '.join(outputs)}")
-                              if several else f"    return {py_reference}",
-        "py_backward": PY_BACKWARD_SEVERAL.replace("$name", name) if several else PY_BACKWARD_ONE.replace("$name", name),
-        "py_grad_params": "*grads" if several else "grad",
-        "py_fake_outputs": (f"tuple(torch.empty_like(x, memory_format=torch.contiguous_format) for _ in range({m}))"
-                            if several else "torch.empty_like(x, memory_format=torch.contiguous_format)"),
-        "py_fake_outgrad_checks": "".join(
-            f'\n        torch._check({g}.shape == x.shape, lambda: f"myops::{name}_backward: {g} shape {{{g}.shape}} != x '
-            f'shape {{x.shape}}")' for g in out_grads[1:]),
-        "py_fake_checks": "".join(
-            f'\n        torch._check({i}.shape == x.shape and {i}.dtype == x.dtype and {i}.device == x.device,'
-            f'\n                     lambda: f"myops::{name}: {i} ({{{i}.dtype}}, {{{i}.shape}}, {{{i}.device}}) must have x\'s "'
-            f'\n                             f"dtype, shape and device ({{x.dtype}}, {{x.shape}}, {{x.device}})")'
-            for i in others),
-        "py_fake_grads": (f"tuple(torch.empty_like(t, memory_format=torch.contiguous_format) for t in ({', '.join(inputs)}))"
-                          if many else "torch.empty_like(x, memory_format=torch.contiguous_format)"),
+        "outgrad_args": ", ".join(out_grads),
+        "backward_params": ", ".join([*(f"T {g}" for g in out_grads), *(f"T {i}" for i in inputs),
+                                      *(f"T& {d}" for d in grads)]),
+        "backward_lines": backward.removeprefix("\n"),
         "copy_floor_limit": f"{1.3 * (n + m) / 2:.2f}".rstrip("0").rstrip(".") if many or several else "1.3",
-        "copy_floor_note": (f"\n    # ({n} input{'s' if many else ''} and {f'{m} outputs' if several else 'the output'} move {n + m} tensors where "
-                            "the copy floor moves 2: its limit scales with that.)" if many or several else ""),
-        # ONNX
-        "decomposed_text": ("Mul" if many else "Identity") + (" and Add" if several else ""),
-        "fuse_text": ("every float graph of the placeholder's form" if several
-                      else f"every float {'Mul' if many else 'Identity'} node"),
-        "decomposed_nodes": ", ".join(decomposed_nodes) + ("," if len(decomposed_nodes) == 1 else ""),
-        "decomposed_lines": (f"    y = {decomposed_body}" + doubled("    ", "op.Add({a}, {a})", pairs=onnx_doublings)
-                             + f"\n    return {', '.join(outputs)}") if several else f"    return {decomposed_body}",
-        "schema_outputs": ", ".join(f'OpSchema.FormalParameter("{o}", "T")' for o in onnx_outputs),
-        "ts_custom_lines": ts_lines(f'g.op(f"{{DOMAIN}}::{{ONNX_TYPE}}", {", ".join(inputs)}'
-                                    + (f", outputs={m})" if several else ")")),
-        "ts_decomposed_lines": ts_lines(f"decomposed_graph(_TorchScriptOps(g), {', '.join(inputs)})"),
-        "fuse_outputs": f", _outputs={m}" if several else "",
-        "schema_text": f"{n} float tensors of one shape" if many else "one float tensor",
-        "schema_inputs": ", ".join(f'OpSchema.FormalParameter("{i}", "T")' for i in onnx_names),
-        "parse_args": ", ".join(['"v"'] * n),
-        "fuse_imports": "float_input, same_shapes" if many else "float_input",
-        "fuse_check": (f'float_input(report, SPEC.name, "decomposed_graph", x) and same_shapes(report, SPEC.name, '
-                       f'"decomposed_graph", {", ".join(inputs)})' if many
-                       else 'float_input(report, SPEC.name, "decomposed_graph", x)'),
-        "mismatch_tests": MISMATCH_TEST if many else "",
+        "copy_floor_note": (f"\n    # ({n} input{'s' if many else ''} and {f'{m} outputs' if several else 'the output'} move "
+                            f"{n + m} tensors where the copy floor moves 2: its limit scales with that.)"
+                            if many or several else ""),
     }
-
-
-# The autograd backward of an op of one output, and of several.
-PY_BACKWARD_ONE = '''def _backward(ctx, grad):
-    return torch.ops.myops.$name_backward(grad, *ctx.saved_tensors)'''
-PY_BACKWARD_SEVERAL = '''def _backward(ctx, *grads):
-    # An output the loss did not use may have no gradient (None): that is a zero one.
-    if any(g is None for g in grads):
-        zeros = torch.zeros_like(ctx.saved_tensors[0])
-        grads = tuple(zeros if g is None else g for g in grads)
-    return torch.ops.myops.$name_backward(*grads, *ctx.saved_tensors)'''
-
-
-# The generated test of a several-input op: an input of another shape is refused by both sides.
-MISMATCH_TEST = '''
-
-
-def test_inputs_of_another_shape_are_refused_with_a_message(ext, plugin_path, tmp_path):
-    """The op does not broadcast: every input has x's shape, in the extension and in the plugin."""
-    from ops import export as E
-    from ort_plugin.loader import make_session
-
-    inputs = list(_inputs((2, 3, 768)))
-    inputs[-1] = inputs[-1][:, :1]
-    with pytest.raises(RuntimeError, match="must have x's dtype, shape and device"):
-        OP.function(*inputs)
-    elsewhere = list(_inputs((2, 3, 8)))  # the fake kernel runs for a meta input: it checks the device
-    elsewhere[-1] = elsewhere[-1].to("meta")
-    with pytest.raises(RuntimeError, match="must have x's dtype, shape and device"):
-        OP.function(*elsewhere)
-    path = E.export(OP.name, exporter=E.available_exporters()[0], lowering="custom", opset=18,
-                    path=tmp_path / "c.onnx").path
-    with pytest.raises(Exception, match="must have X's shape"):
-        make_session(path, library=plugin_path).run(None, _feed(inputs))'''
 
 
 def planned_files(name: str, onnx_type: str, repo: Path = REPO, native: str | None = None, kind: str = "elementwise",
@@ -585,7 +380,8 @@ def planned_files(name: str, onnx_type: str, repo: Path = REPO, native: str | No
         if attributes or tuple(weights) != ("weight",):
             raise ScaffoldError("--weights and --attributes describe a row-wise op: add --kind rowwise")
         values.update(elementwise_values(name, inputs, outputs))
-        values.update(native_values(name, check_native(native, inputs) if native else None, ", ".join(inputs)))
+        # PyTorch's own function, as the declaration's expression (its bench row: torch_native_<name>)
+        values["native"] = f"\n    native={check_native(native, inputs)!r}," if native else ""
     templates = TEMPLATES / kind
     files = {}
     for template in sorted(templates.rglob("*.tmpl")):
@@ -687,15 +483,15 @@ def main(argv: list[str] | None = None) -> int:
               f"        examples); `nox -s bench -- --workload {name}`\n"
               f"        measures it into build/results/ until its files are committed")
         return 0
-    what = f"the product of its inputs ({', '.join(inputs)})" if len(inputs) > 1 else "the identity"
+    what = f"the product of its inputs ({', '.join(inputs)})" if len(inputs) > 1 else "x*x"
     if len(outputs) > 1:
         what += f", and {', '.join(f'{o} = {2 ** k}y' for k, o in enumerate(outputs[1:], 1))}"
     print(f"[new_op] myops::{name} (ONNX myops::{onnx_type}) scaffolded: {what} until you edit it.\n"
-          f"  next: nox -s tests -- tests/test_{name}.py      (builds both libraries, runs its tests)\n"
-          f"  then: write f in kernels/{name}.h (one element) and kernels/{name}_vec-inl.h (Highway vectors),\n"
-          f"        the composite in ops/{name}.py and the decomposed lowering in ops/{name}_onnx.py\n"
-          f"        (docs/examples/mish.patch is a worked example); `nox -s bench -- --workload {name}` measures\n"
-          f"        it into build/results/ until its files are committed")
+          f"  its two files: opspec/{name}.py (the declaration: `decomposed`, the op in ONNX ops) and\n"
+          f"                 kernels/{name}.h (the math: forward and backward of one element)\n"
+          f"  next: nox -s tests -- tests/test_declared_ops.py -k {name}   (builds both libraries, runs its tests)\n"
+          f"  then: edit both (docs/examples/mish.patch is a worked example); `nox -s bench -- --workload {name}`\n"
+          f"        measures it into build/results/ until its files are committed")
     return 0
 
 

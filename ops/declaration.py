@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import zlib
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Callable
@@ -85,6 +86,22 @@ class TorchOp:
             parts = functools.partial(adapters.register_python_parts, self.spec, self.reference)
             object.__setattr__(self, "register_python_parts", parts)
 
+    @classmethod
+    def declared(cls, spec: OpSpec) -> "TorchOp":
+        """The torch side of an op that has no ops/<name>.py: its function is torch.ops.myops.<name>, its
+        weights are its inputs after the full-shaped ones, its native function the declaration's expression
+        (spec.native) and its tolerances and targets the declaration's; the artifacts' input seed comes from
+        its name (the same on every machine, another for each op)."""
+        def function(*args, **kwargs):
+            return getattr(getattr(torch.ops, DOMAIN), spec.name)(*args, **kwargs)
+
+        function.__name__ = function.__qualname__ = spec.name
+        function.__doc__ = f"{spec.formula or spec.name} as one fused op (torch.ops.{DOMAIN}.{spec.name})."
+        return cls(spec=spec, function=function, weights=spec.torch_input_names[spec.full_inputs:],
+                   native=_native_function(spec) if spec.native else None, native_text=spec.native,
+                   artifact_seeds={spec.name: 1000 + zlib.crc32(spec.name.encode()) % 9000},
+                   tolerances=dict(spec.tolerances), targets=tuple(spec.targets))
+
     @property
     def name(self) -> str:
         return self.spec.name
@@ -130,6 +147,18 @@ class TorchOp:
 
     def overload(self):
         return getattr(getattr(torch.ops, DOMAIN), self.name).default
+
+
+def _native_function(spec: OpSpec) -> Callable:
+    """PyTorch's own function for the op from its declared expression (spec.native), in its torch inputs
+    and attributes, torch and F."""
+    parameters = [*spec.torch_input_names, *(spec.torch_attribute(name) for name in spec.attributes)]
+    try:
+        code = compile(f"lambda {', '.join(parameters)}: ({spec.native})", f"opspec/{spec.name}.py (native=)", "eval")
+    except SyntaxError as exc:
+        raise ValueError(f"opspec/{spec.name}.py: native={spec.native!r} is not a Python expression ({exc.msg}); write "
+                         f"PyTorch's function of {', '.join(parameters)}, e.g. \"F.gelu(x)\"") from exc
+    return eval(code, {"torch": torch, "F": torch.nn.functional})  # the declaration's own text, in torch and F
 
 
 class OpModel(torch.nn.Module):

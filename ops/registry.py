@@ -1,10 +1,12 @@
 """Every op's torch side, collected: OPS maps each op of the opspec catalogue (plugin-only ones aside)
-to the `OP = TorchOp(...)` its ops/<name>.py declares (see ops.declaration). Export, artifacts,
+to the `OP = TorchOp(...)` its ops/<name>.py declares (see ops.declaration), or, for an op without one,
+the TorchOp its declaration makes (TorchOp.declared). Export, artifacts,
 the bench, the doctor and the nox sessions loop over it; adding an op edits none of them.
 """
 from __future__ import annotations
 
 import importlib
+import importlib.util
 
 from opspec import TORCH_OPS
 
@@ -13,7 +15,10 @@ from .declaration import TorchOp
 
 def _load() -> dict[str, TorchOp]:
     found = {}
-    for name in TORCH_OPS:
+    for name, spec in TORCH_OPS.items():
+        if importlib.util.find_spec(f"{__package__}.{name}") is None:
+            found[name] = TorchOp.declared(spec)  # an op that is its declaration and its math alone
+            continue
         module = importlib.import_module(f"{__package__}.{name}")
         op = getattr(module, "OP", None)
         if not isinstance(op, TorchOp) or op.name != name:

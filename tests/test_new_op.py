@@ -69,7 +69,7 @@ def test_inputs_by_count_or_by_name(text, expected):
 
 @pytest.mark.parametrize("text,message", [
     ("0", "1 to 8 inputs"), ("9", "1 to 8 inputs"), ("x,Gate", "snake_case"), ("x,gate,gate", "given twice"),
-    ("x,grad", "name the generated code uses"), ("x,gate,dgate", "name two things"), ("x,gate,gatec", "name two things"), ("x,out", "generated code uses"),
+    ("x,grad", "name the generated code uses"), ("x,gate,dgate", "name two things"), ("x,out", "generated code uses"),
     ("gate,up", "the first input is always x.*--inputs x,gate,up"), ("x,x", "x is given twice"),
     ("x,forward", "generated code uses"), ("x,int64_t", "generated code uses"), ("x,tuple", "generated code uses"),
     ("x,static_cast", "generated code uses"),
@@ -102,7 +102,7 @@ def test_bad_outputs_are_refused(text, message):
 @pytest.mark.parametrize("inputs,outputs,clash", [
     (("x", "gate"), ("y", "gate"), "gate"),   # an output named as an input
     (("x", "gate"), ("y", "dgate"), "dgate"),  # an output named as an input's gradient
-    (("x", "totalp"), ("y", "total"), "totalp"),  # an input named as an output's pointer
+    (("x", "grad_total"), ("y", "total"), "grad_total"),  # an input named as an output's gradient
 ])
 def test_outputs_whose_names_meet_the_inputs_generated_names_are_refused(tmp_path, inputs, outputs, clash):
     (tmp_path / "opspec").mkdir()
@@ -116,42 +116,52 @@ def test_outputs_belong_to_the_elementwise_kind(capsys):
     assert "--outputs describes an elementwise op" in capsys.readouterr().err
 
 
+def _declared(path: Path):
+    """The OpSpec a scaffolded declaration makes (it imports from the opspec package it is written into)."""
+    from opspec import OpSpec, WorkloadSpec
+
+    text = path.read_text().replace("from . import OpSpec, WorkloadSpec\n", "")
+    scope = {"OpSpec": OpSpec, "WorkloadSpec": WorkloadSpec}
+    exec(compile(text, str(path), "exec"), scope)
+    return scope["SPEC"]
+
+
 def test_a_scaffold_of_several_outputs_declares_and_returns_each(tmp_path):
-    """Each layer names every output: the declaration, the schema, the math's struct, the plugin's count."""
+    """Two files, and each names every output: the declaration (and so the schemas and the form), the math's
+    forward and backward."""
+    from opspec.codegen import schemas
+
     (tmp_path / "opspec").mkdir()
     written = new_op.scaffold(NAME, repo=tmp_path, log=lambda line: None, inputs=("x", "gate"), outputs=("y", "total"))
-    texts = {p.relative_to(tmp_path).as_posix(): p.read_text() for p in written}
-    assert 'outputs=("Y", "total"),' in texts[f"opspec/{NAME}.py"]
-    assert f'm.def("{NAME}(Tensor x, Tensor gate) -> (Tensor, Tensor)");' in texts[f"ops/csrc/{NAME}.cpp"]
-    assert f'm.def("{NAME}_backward(Tensor grad, Tensor grad_total, Tensor x, Tensor gate) -> (Tensor, Tensor)");' \
-        in texts[f"ops/csrc/{NAME}.cpp"]
-    assert "struct Outputs {\n  T y;\n  T total;\n};" in texts[f"kernels/{NAME}.h"]
-    assert "inline constexpr int kFastGeluOutputs = 2;" in texts[f"ort_plugin/src/{NAME}_op_base.h"]
-    assert "outputs=2)" in texts[f"ops/{NAME}_onnx.py"] and "_outputs=2)" in texts[f"ops/{NAME}_onnx.py"]
-    for path in (f"ops/{NAME}.py", f"ops/{NAME}_onnx.py", f"opspec/{NAME}.py", f"tests/test_{NAME}.py"):
-        compile(texts[path], path, "exec")
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in written) == [f"kernels/{NAME}.h", f"opspec/{NAME}.py"]
+    spec = _declared(tmp_path / "opspec" / f"{NAME}.py")
+    assert spec.outputs == ("Y", "total") and spec.inputs == ("X", "gate") and spec.kind == "elementwise"
+    assert schemas(spec) == (f"{NAME}(Tensor x, Tensor gate) -> (Tensor, Tensor)",
+                             f"{NAME}_backward(Tensor grad, Tensor grad_total, Tensor x, Tensor gate) -> (Tensor, Tensor)")
+    assert spec.formula == "x*gate, x*gate+x*gate"
+    header = (tmp_path / "kernels" / f"{NAME}.h").read_text()
+    assert "MYOPS_HD void forward(T x, T gate, T& y, T& total) {\n  y = x * gate;\n  total = y + y;\n}" in header
+    assert "MYOPS_HD void backward(T grad, T grad_total, T x, T gate, T& dx, T& dgate) {" in header
 
 
-def test_one_input_of_several_outputs_doubles_x_in_onnx(tmp_path):
-    """The exporters' optimisers forward an Identity's input to its readers: the decomposed graph's first
-    double reads x, so that the fuse rule matches what they write (checked built by hand: its 43 tests pass)."""
+def test_one_input_of_several_outputs_gathers_their_gradients(tmp_path):
+    """The placeholder's further outputs each double the one before: y's gradient gathers theirs, 2 and 4
+    times, in the math as in the declared form."""
     (tmp_path / "opspec").mkdir()
-    written = new_op.scaffold(NAME, repo=tmp_path, log=lambda line: None, outputs=("y", "y2", "y3"))
-    onnx_text = next(p for p in written if p.name == f"{NAME}_onnx.py").read_text()
-    assert "    y = op.Identity(x)\n    y2 = op.Add(x, x)\n    y3 = op.Add(y2, y2)\n    return y, y2, y3\n" in onnx_text
-    assert 'DECOMPOSED_NODES = ("Identity", "Add", "Add")' in onnx_text
-    header = next(p for p in written if p.name == f"{NAME}.h").read_text()
-    assert "grad = grad + T(2) * grad_y2;\n  grad = grad + T(4) * grad_y3;" in header
+    new_op.scaffold(NAME, repo=tmp_path, log=lambda line: None, outputs=("y", "y2", "y3"))
+    declaration = (tmp_path / "opspec" / f"{NAME}.py").read_text()
+    assert "    y = op.Mul(x, x)\n    y2 = op.Add(y, y)\n    y3 = op.Add(y2, y2)\n    return y, y2, y3\n" in declaration
+    header = (tmp_path / "kernels" / f"{NAME}.h").read_text()
+    assert "grad = grad + T(2) * grad_y2;\n  grad = grad + T(4) * grad_y3;\n  dx = grad * x + grad * x;" in header
+    assert _declared(tmp_path / "opspec" / f"{NAME}.py").outputs == ("Y", "y2", "y3")
 
 
 def test_a_native_expression_becomes_the_op_s_native_row(tmp_path):
     (tmp_path / "opspec").mkdir()
-    written = new_op.scaffold(NAME, repo=tmp_path, log=lambda line: None, native="torch.nn.functional.gelu(x, approximate=\"tanh\")")
-    texts = {p.relative_to(tmp_path).as_posix(): p.read_text() for p in written}
-    assert f'native_row="torch_native_{NAME}"' in texts[f"opspec/{NAME}.py"]
-    assert "native=lambda x: torch.nn.functional.gelu(x, approximate='tanh')," in texts[f"ops/{NAME}.py"]
-    compile(texts[f"ops/{NAME}.py"], "ops.py", "exec")
-    compile(texts[f"opspec/{NAME}.py"], "opspec.py", "exec")
+    new_op.scaffold(NAME, repo=tmp_path, log=lambda line: None, native="torch.nn.functional.gelu(x, approximate=\"tanh\")")
+    spec = _declared(tmp_path / "opspec" / f"{NAME}.py")
+    assert spec.native == "torch.nn.functional.gelu(x, approximate='tanh')"
+    assert spec.native_row == f"torch_native_{NAME}"
 
 
 @pytest.mark.parametrize("options,message", [
@@ -215,55 +225,8 @@ def test_the_scaffold_touches_only_new_files(tmp_path):
     written = new_op.scaffold(NAME, repo=copy, log=lambda line: None)
     assert all(p not in before for p in written)
     assert all(p.read_bytes() == data for p, data in before.items())  # no existing file edited
-    assert {p.relative_to(copy).as_posix() for p in written} >= {
-        f"opspec/{NAME}.py", f"kernels/{NAME}.h", f"kernels/{NAME}_cuda.cu", f"ops/{NAME}.py", f"ops/{NAME}_onnx.py",
-        f"ops/csrc/{NAME}.cpp", f"ops/csrc/cuda/{NAME}_cuda.cu", f"ort_plugin/src/cpu/{NAME}_op.cc",
-        f"ort_plugin/src/cuda/{NAME}_op.cc", f"tests/test_{NAME}.py"}
-
-
-def _kernel_files(name: str, dest: Path) -> None:
-    for path, text in new_op.planned_files(name, new_op.onnx_type_of(name), repo=dest).items():
-        if path.parent.name == "kernels" and not path.name.endswith((".cu", "_cuda.h")):
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
-
-
-def _compile(source: Path, kernels: Path, out: Path) -> subprocess.CompletedProcess:
-    from lab import highway
-    include = highway.resolve(log=lambda m: None).include_dir
-    return subprocess.run(["g++", "-O2", "-std=c++17", f"-I{kernels}", f"-I{REPO / 'kernels'}", f"-I{include}",
-                           str(source), "-o", str(out)], capture_output=True, text=True, timeout=300)
-
-
-def test_two_ops_vector_kernels_in_one_file_are_refused_with_the_way_to_combine_them(tmp_path):
-    # Highway compiles a file's kernels per target once: two scaffolded op headers in one file cannot both
-    # do it. The message says how to combine them, and that way (one op's _vec-inl.h calling the other's
-    # Forward1) compiles and gives the composition on this machine's path.
-    _kernel_files("op_a", tmp_path)
-    _kernel_files("op_b", tmp_path)
-    kernels = tmp_path / "kernels"
-    both = tmp_path / "both.cc"
-    both.write_text('#include "op_a.h"\n#include "op_b.h"\nint main() { return 0; }\n')
-    refused = _compile(both, kernels, tmp_path / "both")
-    assert refused.returncode != 0
-    assert "op_b.h: this translation unit already compiled another Highway-based op header" in refused.stderr
-    assert "include that op's <op>_vec-inl.h from kernels/op_b_vec-inl.h" in refused.stderr
-
-    inl = kernels / "op_b_vec-inl.h"
-    text = inl.read_text()
-    text = text.replace('#include "vec_math-inl.h"\n', '#include "vec_math-inl.h"\n#include "op_a_vec-inl.h"\n', 1)
-    body = "  return x;\n"
-    assert text.count(body) == 1, text  # the placeholder, the identity
-    inl.write_text(text.replace(body, "  return hn::Mul(x, op_a::vec::HWY_NAMESPACE::Forward1(d, hn::Add(x, x)));\n"))
-    main = tmp_path / "composed.cc"
-    main.write_text('#include <cstdio>\n#include "op_b.h"\nint main() {\n  float x[37], y[37];\n'
-                    '  for (int i = 0; i < 37; ++i) x[i] = 0.25f * i - 3.0f;\n  op_b::forward_span(x, y, 37);\n'
-                    '  for (int i = 0; i < 37; ++i) if (y[i] != 2.0f * x[i] * x[i]) return 1;\n'
-                    '  std::puts("composed");\n}\n')
-    built = _compile(main, kernels, tmp_path / "composed")
-    assert built.returncode == 0, built.stderr[-3000:]
-    ran = subprocess.run([str(tmp_path / "composed")], capture_output=True, text=True, timeout=60)
-    assert ran.returncode == 0 and ran.stdout == "composed\n", (ran.returncode, ran.stdout, ran.stderr)
+    # an elementwise op is two files: its declaration and its math
+    assert sorted(p.relative_to(copy).as_posix() for p in written) == [f"kernels/{NAME}.h", f"opspec/{NAME}.py"]
 
 
 ROWWISE = ["--kind", "rowwise", "--weights", "weight,bias", "--attributes", "eps=1e-5"]  # as the issue spells it
@@ -288,7 +251,9 @@ def test_a_scaffolded_op_builds_and_passes_its_generated_tests(tmp_path, in_ci, 
     listed = _run(copy, "-c", "from ops.export import MODELS; from infer.workloads import WORKLOADS; "
                               "print(' '.join(MODELS), '|', ' '.join(WORKLOADS))")
     assert listed.returncode == 0 and NAME in listed.stdout.split("|")[0].split() and NAME in listed.stdout.split("|")[1], listed
-    generated = _run(copy, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"tests/test_{NAME}.py")
+    # an elementwise op's tests are every declared op's (tests/test_declared_ops.py), a row-wise op's its own
+    tests = ["tests/test_declared_ops.py", "-k", NAME] if "rowwise" not in options else [f"tests/test_{NAME}.py"]
+    generated = _run(copy, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests)
     assert generated.returncode == 0, generated.stdout[-4000:] + generated.stderr[-2000:]
     assert " passed" in generated.stdout and "failed" not in generated.stdout, generated.stdout[-2000:]
     # A first bench of it: a quick run in the copy writes to its scratch folder, and results/ stays absent;
@@ -303,7 +268,7 @@ def test_a_scaffolded_op_builds_and_passes_its_generated_tests(tmp_path, in_ci, 
     assert built.returncode == 0, built.stderr
     doctor = _run(copy, "-m", "ort_plugin.doctor", "--plugin", built.stdout.strip().splitlines()[-1])
     assert doctor.returncode == 0 and onnx_type in doctor.stdout, doctor.stdout[-3000:] + doctor.stderr[-2000:]
-    # Highway is used header-only: the plugin holding the op still links only the C and C++ runtimes.
+    # The plugin holding the op still links only the C and C++ runtimes.
     from ort_plugin.library_info import read_library
     from tests.test_dist import SYSTEM_LIBRARIES
     needed = set(read_library(built.stdout.strip().splitlines()[-1]).needed)
@@ -334,12 +299,13 @@ def test_the_registries_refuse_a_name_declared_twice():
 
 
 def test_the_mish_example_applies_to_the_scaffold_and_passes_its_tests(tmp_path):
-    """docs/examples/mish.patch (the edits of docs/your-op.md's worked example) still applies to what the
-    scaffold writes, and the op it makes passes its generated tests, F.mish as its native row included."""
+    """docs/examples/mish.patch (the edits of docs/your-op.md's worked example: its two files) still applies
+    to what the scaffold writes, and the op it makes passes every declared op's tests, F.mish as its native
+    row included."""
     copy = examples.prepare("mish", tmp_path / "tree", log=lambda line: None)
-    generated = _run(copy, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", "tests/test_mish.py")
+    generated = _run(copy, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", *examples.example_tests("mish"))
     assert generated.returncode == 0, generated.stdout[-4000:] + generated.stderr[-2000:]
-    assert "failed" not in generated.stdout and "the reference is still the identity" not in generated.stdout
+    assert "failed" not in generated.stdout and "declares no PyTorch function" not in generated.stdout
 
 
 def test_the_layer_norm_example_applies_to_the_row_wise_scaffold_and_passes_its_tests(tmp_path):

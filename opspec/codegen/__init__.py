@@ -68,6 +68,103 @@ def _pointers(prefix: str, start: int, count: int) -> list[str]:
     return [f"{prefix}[{k}]" for k in range(start, start + count)]
 
 
+# ---------------------------------------------------------------- an op's one-element functions
+
+def generated(spec: OpSpec, device: str) -> bool:
+    """Whether the op's loops (device "cpu") or launchers ("cuda") are written here from its math header's
+    one-element forward and backward, rather than by the header itself (opspec: own_kernels)."""
+    return spec.kind == "elementwise" and device not in spec.own_kernels
+
+
+def _functor_namespace(spec: OpSpec) -> str:
+    return f"myops_declared_{spec.name}"
+
+
+def _functor(spec: OpSpec, function: str, struct: str, inputs: int, outputs: int) -> str:
+    """One call of kernels/<op>.h's `function` as a functor over arrays of one element's values: the
+    inputs (and a backward's grads first), the attributes (members, converted to T), the outputs."""
+    attributes = list(spec.attributes)
+    members = "".join(f"  A {name};\n" for name in _attribute_members(spec))
+    arguments = ([f"in[{k}]" for k in range(inputs)] + [f"static_cast<T>({name})" for name in _attribute_members(spec)]
+                 + [f"out[{k}]" for k in range(outputs)])
+    head = "template <typename A>\n" if attributes else ""
+    return (f"{head}struct {struct} {{\n{members}"
+            "  template <typename T>\n"
+            f"  MYOPS_HD void operator()(const T (&in)[{inputs}], T (&out)[{outputs}]) const {{\n"
+            f"    {spec.name}::{function}({', '.join(arguments)});\n  }}\n}};\n")
+
+
+def _attribute_members(spec: OpSpec) -> list[str]:
+    return [f"a{k}" for k in range(len(spec.attributes))]
+
+
+def functors(spec: OpSpec) -> str:
+    """The op's math header and its Forward and Backward functors, compiled as the CPU loops need them
+    (elementwise_cpu.h: at O3 without trapping math, so that GCC inlines and vectorises them)."""
+    inputs, outputs = len(spec.inputs), len(spec.outputs)
+    return ("#if defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__)\n"
+            "#pragma GCC push_options\n#pragma GCC optimize(\"O3\", \"no-trapping-math\")\n#endif\n"
+            '#include "op_math.h"\n'
+            f'#include "{spec.name}.h"\n\n'
+            f'namespace __attribute__((visibility("hidden"))) {_functor_namespace(spec)} {{\n\n'
+            f"// forward({'inputs..., ' if inputs > 1 else 'x, '}{'attributes..., ' if spec.attributes else ''}"
+            f"{'outputs...' if outputs > 1 else 'y'}) of kernels/{spec.name}.h, one element\n"
+            + _functor(spec, "forward", "Forward", inputs, outputs) + "\n"
+            f"// backward(grads..., inputs..., {'attributes..., ' if spec.attributes else ''}their grads...)\n"
+            + _functor(spec, "backward", "Backward", outputs + inputs, inputs) +
+            f"\n}}  // namespace {_functor_namespace(spec)}\n"
+            "#if defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__)\n#pragma GCC pop_options\n#endif\n")
+
+
+def _functor_value(spec: OpSpec, struct: str, values: list[str], value_type: str) -> str:
+    """A functor object holding the attribute values."""
+    if not spec.attributes:
+        return f"{_functor_namespace(spec)}::{struct}{{}}"
+    return f"{_functor_namespace(spec)}::{struct}<{value_type}>{{{', '.join(values)}}}"
+
+
+def _launcher_signatures(spec: OpSpec) -> tuple[str, str]:
+    """The host launchers' signatures, as kernels/<op>_cuda.h would declare them."""
+    inputs, outputs = len(spec.inputs), len(spec.outputs)
+    attributes = [f"float {name}" for name in _attribute_members(spec)]
+    tail = ["myops_cuda::DType dtype", "cudaStream_t stream"]
+    forward = ([f"const void* in{k}" for k in range(inputs)] + [f"void* out{k}" for k in range(outputs)]
+               + ["int64_t n"] + attributes + tail)
+    backward = ([f"const void* in{k}" for k in range(outputs + inputs)] + [f"void* out{k}" for k in range(inputs)]
+                + ["int64_t n"] + attributes + tail)
+    return f"cudaError_t forward({', '.join(forward)})", f"cudaError_t backward({', '.join(backward)})"
+
+
+def launcher_declarations(spec: OpSpec) -> str:
+    forward, backward = _launcher_signatures(spec)
+    return (f"// the launchers opspec/codegen writes for kernels/{spec.name}.h (declared-{spec.name}_launch.cu)\n"
+            f"namespace {spec.name} {{\nnamespace cuda {{\n{forward};\n{backward};\n}}  // namespace cuda\n"
+            f"}}  // namespace {spec.name}\n")
+
+
+def launchers(spec: OpSpec) -> str:
+    """The CUDA launchers of an op whose math is one element's functions: myops_cuda::dispatch_many over
+    the functors, in float32 whatever the storage type."""
+    inputs, outputs = len(spec.inputs), len(spec.outputs)
+    forward, backward = _launcher_signatures(spec)
+    values = _attribute_members(spec)
+
+    def body(struct: str, n_in: int, n_out: int) -> str:
+        return (f"  const void* const in[{n_in}] = {_list(f'in{k}' for k in range(n_in))};\n"
+                f"  void* const out[{n_out}] = {_list(f'out{k}' for k in range(n_out))};\n"
+                f"  return myops_cuda::dispatch_many(dtype, {_functor_value(spec, struct, values, 'float')}, in, out, n, "
+                "stream);\n")
+
+    return (HEADER.format(name=spec.name) +
+            f"// myops::{spec.onnx_type}'s CUDA launchers: the one-element functions of kernels/{spec.name}.h over\n"
+            "// float, half and bfloat16 storage (kernels/elementwise_cuda.cuh), computed in float32.\n"
+            '#include "cuda_dtype.h"\n#include "elementwise_cuda.cuh"\n' + functors(spec) + "\n" +
+            f"namespace {spec.name} {{\nnamespace cuda {{\n\n"
+            f"{forward} {{\n{body('Forward', inputs, outputs)}}}\n\n"
+            f"{backward} {{\n{body('Backward', outputs + inputs, inputs)}}}\n\n"
+            f"}}  // namespace cuda\n}}  // namespace {spec.name}\n")
+
+
 class _Op:
     """What each generated function of one op needs, from its declaration."""
 
@@ -85,7 +182,20 @@ class _Op:
         values = [f"a[{k}]" for k in range(len(self.attributes))]
         attrs = _list(self.attributes)
         n_in, n_out, n_a = len(self.inputs), self.outputs, len(self.attributes)
-        if spec.kind == "elementwise":
+        if generated(spec, "cpu"):
+            params = f"const auto& in, const auto& out, int64_t n, const auto&{' a' if n_a else ''}"
+            value_type = "std::decay_t<decltype(a[0])>"
+
+            def call(struct: str, n_in_: int, n_out_: int) -> str:
+                return (f"[]({params}) {{\n        elementwise_cpu::map<{n_in_}, {n_out_}>("
+                        f"{_functor_value(spec, struct, values, value_type)}, in, out, n); }}")
+
+            forward_call = (f"adapters::elementwise<{n_in}, {n_out}, {n_a}>(\"{name}\", {_names(self.inputs)}, 0, "
+                            f"{_list(self.inputs)}, {attrs},\n      {call('Forward', n_in, n_out)})")
+            backward_call = (f"adapters::elementwise<{n_out + n_in}, {n_in}, {n_a}>(\"{name}_backward\", "
+                             f"{_names(self.grads + self.inputs)}, {n_out}, {_list(self.grads + self.inputs)}, {attrs},\n"
+                             f"      {call('Backward', n_out + n_in, n_in)})")
+        elif spec.kind == "elementwise":
             forward_call = (f"adapters::elementwise<{n_in}, {n_out}, {n_a}>(\"{name}\", {_names(self.inputs)}, 0, "
                             f"{_list(self.inputs)}, {attrs},\n      [](const auto& in, const auto& out, int64_t n, const auto& a) "
                             f"{{ {name}::forward_span({', '.join(_pointers('in', 0, n_in) + _pointers('out', 0, n_out) + ['n'] + values)}); }})")
@@ -108,8 +218,9 @@ class _Op:
                 f'// myops::{name} ({spec.kind}) for PyTorch: its schema and CPU kernels, the loops of kernels/{name}.h.\n'
                 '#include <torch/library.h>\n\n'
                 '#include <tuple>\n\n'
-                '#include "adapters.h"\n'
-                f'#include "{name}.h"\n\n'
+                '#include "adapters.h"\n' +
+                (f'#include <type_traits>\n\n#include "elementwise_cpu.h"\n{functors(spec)}\n' if generated(spec, "cpu")
+                 else f'#include "{name}.h"\n\n') +
                 'namespace myops {\nnamespace {\n\n'
                 f"{_signature(f'{name}_cpu', self.inputs, self.attributes, n_out)} {{\n"
                 f"  const auto result = {forward_call};\n  {_result(n_out)}\n}}\n\n"
@@ -152,8 +263,8 @@ class _Op:
                 "// PyTorch's current stream.\n"
                 '#include <torch/library.h>\n\n'
                 '#include <tuple>\n\n'
-                '#include "adapters_cuda.h"\n'
-                f'#include "{name}_cuda.h"\n\n'
+                '#include "adapters_cuda.h"\n' +
+                (launchers(spec).split("\n", 1)[1] + "\n" if generated(spec, "cuda") else f'#include "{name}_cuda.h"\n\n') +
                 'namespace myops {\n'
                 f'namespace __attribute__((visibility("hidden"))) {name}_cuda_adapter {{\n\n'
                 f"{_signature(f'{name}_cuda', self.inputs, self.attributes, n_out)} {{\n"
@@ -228,7 +339,14 @@ def _plugin_source(spec: OpSpec, provider: str) -> str:
     extent = ["n"] if spec.kind == "elementwise" else ["rows", "cols"]
     extent_params = ", ".join(f"int64_t {name}" for name in extent)
     a = "const A& a" if attributes else "const A&"  # unnamed where unused: -Wextra
-    if provider == "cpu":
+    if provider == "cpu" and generated(spec, "cpu"):
+        member = (f"  // kernels/{spec.name}.h's forward, one element, in the loops of elementwise_cpu.h\n  struct Forward {{\n"
+                  f"    template <class In, class Out, class A>\n"
+                  f"    void operator()(const In& in, const Out& out, {extent_params}, {a}) const {{\n"
+                  f"      elementwise_cpu::map<{inputs}, {outputs}>("
+                  f"{_functor_value(spec, 'Forward', values, 'float')}, in, out, n);\n    }}\n  }};\n")
+        include = f'#include "elementwise_cpu.h"\n{functors(spec)}'
+    elif provider == "cpu":
         call = f"{spec.name}::{'forward_span' if spec.kind == 'elementwise' else 'forward_rows'}"
         member = (f"  // the loops of kernels/{spec.name}.h\n  struct Forward {{\n"
                   f"    template <class In, class Out, class A>\n"
@@ -242,7 +360,7 @@ def _plugin_source(spec: OpSpec, provider: str) -> str:
                   "myops_cuda::DType dtype,\n                           cudaStream_t stream) const {\n"
                   f"      return {spec.name}::cuda::forward({', '.join(pointers + extent + values + ['dtype', 'stream'])});\n"
                   "    }\n  };\n")
-        include = f'#include "{spec.name}_cuda.h"'
+        include = launcher_declarations(spec) if generated(spec, "cuda") else f'#include "{spec.name}_cuda.h"'
     kernel = "ElementwiseKernel" if spec.kind == "elementwise" else "RowwiseKernel"
     types = PLUGIN_TYPES[provider]
     ops = [f"  static const DeclaredOp<Decl, {kernel}{', ' + _ORT_TYPES[t] if provider == 'cuda' else ''}> op_{t};"
@@ -278,7 +396,11 @@ def write_plugin_sources(folder: Path) -> dict[str, list[Path]]:
     for provider in ("cpu", "cuda"):
         files = [_write(folder / provider / f"{PREFIX}{spec.name}_op.cc", _plugin_source(spec, provider))
                  for spec in plugin_ops()]
-        for stale in set((folder / provider).glob("*.cc")) - set(files):  # the folder holds generated files only
-            stale.unlink(missing_ok=True)
+        if provider == "cuda":  # the launchers of ops whose math is one element's functions (nvcc compiles them)
+            files += [_write(folder / provider / f"{PREFIX}{spec.name}_launch.cu", launchers(spec))
+                      for spec in plugin_ops() if generated(spec, "cuda")]
+        stale = set((folder / provider).glob("*.cc")) | set((folder / provider).glob("*.cu"))
+        for path in stale - set(files):  # the folder holds generated files only
+            path.unlink(missing_ok=True)
         written[provider] = files
     return written

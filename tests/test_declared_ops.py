@@ -1,0 +1,275 @@
+"""Every elementwise op through the three layers, from its declaration alone: the extension against the
+declared form's reference on every device present (tests/devices.py: the CPU in float32, CUDA in float32,
+float16 and bfloat16 where a GPU is), its fakes and autograd (second derivatives included), both exporters
+and lowerings run by ONNX Runtime, the fuse rule, and the plugin against the extension. An op scaffolded
+by `nox -s new_op` (its declaration and its math, nothing else) is tested here with no file of its own:
+`nox -s tests -- tests/test_declared_ops.py -k <name>`. Tolerances are the op's (opspec/<name>.py)."""
+from __future__ import annotations
+
+import itertools
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from devices import DEVICE_DTYPES, DEVICES, assert_close, tolerance
+from ops.registry import OPS
+
+ELEMENTWISE = sorted(name for name, op in OPS.items() if op.spec.kind == "elementwise")
+SEVERAL_INPUTS = [name for name in ELEMENTWISE if len(OPS[name].spec.inputs) > 1]
+SHAPES = [(0,), (1,), (7,), (3, 5, 33), (2, 16, 768), (70000,)]  # empty, scalar-like, a tail, several chunks
+
+
+def _input(shape, seed=0, dtype=torch.float32):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)).to(dtype)
+
+
+def _inputs(op, shape, seed=0, dtype=torch.float32) -> tuple:
+    """One tensor per input of the op, each from its own seed."""
+    return tuple(_input(shape, seed + 100 * k, dtype) for k in range(len(op.spec.graph_inputs)))
+
+
+def _outputs(result) -> tuple:
+    return result if isinstance(result, tuple) else (result,)
+
+
+def _feed(op, inputs) -> dict:
+    """The exported model's graph inputs, by name."""
+    return {name: t.numpy() for name, t in zip(op.spec.graph_inputs, inputs)}
+
+
+def _exporters() -> list[tuple[str, str]]:
+    """(exporter, lowering) pairs; ops.export imports onnx, which a GPU host running only the CUDA cases
+    may lack, so it is imported here, when the ONNX tests are collected."""
+    try:
+        from ops import export as E
+    except ModuleNotFoundError as exc:  # only a missing exporter package; anything else is an error
+        if exc.name not in ("onnx", "onnxscript", "onnxruntime"):
+            raise
+        return []
+    return list(itertools.product(E.available_exporters(), E.LOWERINGS))
+
+
+@pytest.fixture(params=ELEMENTWISE)
+def op(request):
+    return OPS[request.param]
+
+
+@pytest.mark.parametrize("device,dtype", DEVICE_DTYPES)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_layer1_forward_and_backward_match_the_reference(ext, op, device, dtype, shape):
+    """Against the reference in float32 on the same device, rounded once to the dtype; every output, and
+    every input's gradient from a gradient for each output."""
+    if dtype not in op.tolerances:
+        pytest.skip(f"{op.name} declares no {dtype} tolerance: its kernels do not take {dtype}")
+    inputs = tuple(t.to(device, getattr(torch, dtype)).requires_grad_(True) for t in _inputs(op, shape))
+    floats = tuple(t.detach().float().requires_grad_(True) for t in inputs)
+    ys, yrs = _outputs(op.function(*inputs)), _outputs(op.reference(*floats))
+    assert len(ys) == len(yrs) == len(op.spec.graph_outputs)
+    tol = tolerance(op, dtype)
+    for name, y, yr in zip(op.spec.graph_outputs, ys, yrs):
+        assert_close(y.detach(), yr.detach().to(y.dtype), tol, f"forward, {name}")
+    grads_out = [_input(shape, seed=1 + k).to(device, ys[0].dtype) for k in range(len(ys))]
+    grads = torch.autograd.grad(ys, inputs, grads_out)
+    expected = torch.autograd.grad(yrs, floats, [g.float() for g in grads_out])
+    for name, got, want in zip(op.spec.graph_inputs, grads, expected):
+        assert_close(got, want.to(ys[0].dtype), tol, f"backward, d{name}")
+
+
+def test_an_output_the_loss_does_not_use_adds_nothing(ext, op):
+    """A loss of y alone: the other outputs get no gradient (None), which the backward takes as zeros."""
+    if len(op.spec.graph_outputs) == 1:
+        pytest.skip("the op has one output")
+    inputs = tuple(t.requires_grad_(True) for t in _inputs(op, (3, 5)))
+    floats = tuple(t.detach().requires_grad_(True) for t in inputs)
+    grads = torch.autograd.grad(_outputs(op.function(*inputs))[0].sum(), inputs)
+    expected = torch.autograd.grad(_outputs(op.reference(*floats))[0].sum(), floats)
+    for name, got, want in zip(op.spec.graph_inputs, grads, expected, strict=True):
+        assert_close(got, want, tolerance(op, "float32"), f"backward, d{name}")
+
+
+# One CPU path per process (cpu_isa.h reads MYOPS_CPU_ISA once): forward and backward of a fixed input.
+_PATH_CHILD = """
+import sys, torch, ops
+from ops.registry import OPS
+ops.load()
+op = OPS[sys.argv[2]]
+n = len(op.spec.graph_inputs)
+inputs = [torch.randn(70001, generator=torch.Generator().manual_seed(k)).mul_(6).requires_grad_(True) for k in range(n)]
+ys = op.function(*inputs)
+ys = ys if isinstance(ys, tuple) else (ys,)
+grads = torch.autograd.grad(ys, inputs, [torch.ones_like(y) for y in ys])
+torch.save({"inputs": [t.detach() for t in inputs], "ys": [y.detach() for y in ys], "grads": list(grads)}, sys.argv[1])
+"""
+
+
+def _cpu_paths() -> list[str]:
+    from bench.cpu_paths import runnable
+
+    return runnable() or ["baseline"]
+
+
+@pytest.mark.parametrize("path", _cpu_paths())
+def test_every_cpu_path_matches_the_reference(ext, op, path, tmp_path):
+    """The float32 CPU loops on each path this CPU runs, capped by MYOPS_CPU_ISA: the line the cap prints
+    names the path taken."""
+    repo = Path(__file__).resolve().parent.parent
+    env = dict(os.environ, MYOPS_CPU_ISA=path, PYTHONPATH=str(repo))
+    child = subprocess.run([sys.executable, "-c", _PATH_CHILD, str(tmp_path / "out.pt"), op.name], capture_output=True,
+                           text=True, env=env, cwd=repo, timeout=600)
+    assert child.returncode == 0, child.stderr[-3000:]
+    assert f"MYOPS_CPU_ISA={path}: the CPU path is {path}" in child.stderr, child.stderr[-2000:]
+    out = torch.load(tmp_path / "out.pt")
+    inputs = [t.requires_grad_(True) for t in out["inputs"]]
+    yrs = _outputs(op.reference(*inputs))
+    expected = torch.autograd.grad(yrs, inputs, [torch.ones_like(yr) for yr in yrs])
+    assert len(out["ys"]) == len(yrs)
+    for name, y, yr in zip(op.spec.graph_outputs, out["ys"], yrs):
+        assert_close(y, yr.detach(), tolerance(op, "float32"), f"forward, {name}")
+    for got, want in zip(out["grads"], expected):
+        assert_close(got, want, tolerance(op, "float32"), "backward")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_non_contiguous_and_unaligned_inputs(ext, op, device):
+    wide = [t.to(device) for t in _inputs(op, (4, 64))]
+    for view in (lambda t: t[:, ::2], lambda t: t.t(), lambda t: t.flatten()[1:]):
+        views = [view(t) for t in wide]
+        for y, yr in zip(_outputs(op.function(*views)), _outputs(op.reference(*views)), strict=True):
+            assert_close(y, yr, tolerance(op, "float32"))
+
+
+def test_pytorch_s_own_function_computes_the_op(ext, op):
+    """The native row the bench shows beside the op (the declaration's native=) is the same function as the
+    reference, with the op's default attributes."""
+    if op.native is None:
+        pytest.skip(f"{op.name} declares no PyTorch function (opspec/{op.name}.py: native=)")
+    attributes = op.attributes()
+    if not op.native_applies(attributes):
+        pytest.skip(f"{op.native_text} computes {op.name} at other attributes than its defaults")
+    inputs = tuple(t * 4 for t in _inputs(op, (3, 5, 33)))
+    natives = _outputs(op.native(*inputs, *attributes.values()))
+    assert len(natives) == len(op.spec.graph_outputs), (
+        f"native= gives {len(natives)} tensor(s), the op has {len(op.spec.graph_outputs)} outputs "
+        f"({', '.join(op.spec.graph_outputs)}): make the expression return one per output, in order")
+    for y, yr in zip(natives, _outputs(op.reference(*inputs)), strict=True):
+        assert_close(y, yr, tolerance(op, "float32"), "native")
+
+
+def test_gradcheck_and_gradgradcheck_in_float64(ext, op):
+    """First derivatives through the op's fused backward, second ones through its backward op's own
+    autograd (the reference's: ops/autograd.py)."""
+    inputs = tuple(t.requires_grad_(True) for t in _inputs(op, (3, 5), dtype=torch.float64))
+    assert torch.autograd.gradcheck(op.function, inputs)
+    assert torch.autograd.gradgradcheck(op.function, inputs)
+
+
+def test_other_dtypes_are_refused_with_a_message(ext, op):
+    with pytest.raises(RuntimeError, match="must be float32"):
+        op.function(*(torch.ones(4, dtype=torch.int32) for _ in op.spec.graph_inputs))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_opcheck_fakes_and_autograd(ext, op, device):
+    if not hasattr(torch.library, "opcheck"):
+        pytest.skip(f"torch {torch.__version__} has no torch.library.opcheck")
+    overload = op.overload()
+    torch.library.opcheck(overload, tuple(t.to(device) for t in _inputs(op, (2, 8))))
+    torch.library.opcheck(overload, tuple(t.to(device).requires_grad_(True) for t in _inputs(op, (2, 8))))
+
+
+def test_torch_export_keeps_the_op(ext, op):
+    model = op.build_model(op.name, hidden=16)
+    inputs = _inputs(op, (2, 3, 16))
+    program = torch.export.export(model, inputs)
+    assert any(node.target == op.overload() for node in program.graph.nodes)
+    torch.testing.assert_close(program.module()(*inputs), model(*inputs), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("exporter,lowering", _exporters())
+def test_exported_model_runs_in_onnx_runtime(ext, op, plugin_path, tmp_path, exporter, lowering):
+    import numpy as np
+
+    from ops import export as E
+    from ort_plugin.loader import make_session
+
+    result = E.export(op.name, exporter=exporter, lowering=lowering, opset=18, path=tmp_path / "m.onnx")
+    inputs = _inputs(op, (3, 7, 768), seed=2)  # other batch and sequence than the export's: dynamic axes
+    session = make_session(result.path, library=plugin_path)
+    assert [o.name for o in session.get_outputs()] == list(op.spec.graph_outputs)
+    ys = session.run(None, _feed(op, inputs))
+    rtol, atol = op.tolerances["float32"]
+    for name, y, yr in zip(op.spec.graph_outputs, ys, _outputs(op.reference(*inputs)), strict=True):
+        np.testing.assert_allclose(y, yr.numpy(), rtol=rtol, atol=atol, err_msg=name)
+
+
+def test_the_plugin_infers_every_output_s_type_and_shape(ext, op, plugin_path, tmp_path):
+    """The graph's outputs declared without a type: what the session reports is what ORT inferred through
+    the plugin's shape inference (every output takes X's type and shape, symbolic dims included)."""
+    import onnx
+
+    from ops import export as E
+    from ort_plugin.loader import make_session
+
+    path = E.export(op.name, exporter=E.available_exporters()[0], lowering="custom", opset=18,
+                    path=tmp_path / "c.onnx").path
+    model = onnx.load(str(path))
+    del model.graph.value_info[:]
+    for output in model.graph.output:
+        output.ClearField("type")
+    session = make_session(model.SerializeToString(), library=plugin_path)
+    x = session.get_inputs()[0]
+    assert isinstance(x.shape[0], str), x.shape  # a symbolic batch: what inference must carry through
+    assert [(o.name, o.type, o.shape) for o in session.get_outputs()] == \
+        [(name, x.type, x.shape) for name in op.spec.graph_outputs]
+
+
+def test_fuse_turns_the_decomposed_export_into_the_op(ext, op, plugin_path, tmp_path):
+    """`nox -s fuse`'s rule (the declared form's) on the decomposed export: one myops node, proven in ORT
+    against the file it came from."""
+    import onnx
+
+    from ops import export as E
+    from ops.fuse import fuse
+
+    source = E.export(op.name, exporter="dynamo", lowering="decomposed", opset=18, path=tmp_path / "d.onnx").path
+    result = fuse(source, tmp_path / "fused.onnx", plugin=str(plugin_path), ops=[op.name], log=lambda line: None)
+    assert [node.op_type for node in onnx.load(str(result.path)).graph.node] == [op.spec.onnx_type]
+
+
+def test_plugin_equals_the_extension_bit_for_bit(ext, op, plugin_path, tmp_path):
+    import numpy as np
+
+    from ops import export as E
+    from ort_plugin.loader import make_session
+
+    path = E.export(op.name, exporter=E.available_exporters()[0], lowering="custom", opset=18,
+                    path=tmp_path / "c.onnx").path
+    inputs = _inputs(op, (8, 512, 768), seed=3)
+    ys = make_session(path, library=plugin_path, threads=2).run(None, _feed(op, inputs))
+    for name, y, ye in zip(op.spec.graph_outputs, ys, _outputs(op.function(*inputs)), strict=True):
+        np.testing.assert_array_equal(y, ye.numpy(), err_msg=name)
+
+
+@pytest.mark.parametrize("name", SEVERAL_INPUTS)
+def test_inputs_of_another_shape_are_refused_with_a_message(ext, plugin_path, tmp_path, name):
+    """The op does not broadcast: every input has x's shape, in the extension and in the plugin."""
+    from ops import export as E
+    from ort_plugin.loader import make_session
+
+    op = OPS[name]
+    inputs = list(_inputs(op, (2, 3, 768)))
+    inputs[-1] = inputs[-1][:, :1]
+    with pytest.raises(RuntimeError, match="must have x's shape"):
+        op.function(*inputs)
+    elsewhere = list(_inputs(op, (2, 3, 8)))  # the fake kernel runs for a meta input: it checks the device
+    elsewhere[-1] = elsewhere[-1].to("meta")
+    with pytest.raises(RuntimeError, match="must be on x's device"):
+        op.function(*elsewhere)
+    path = E.export(name, exporter=E.available_exporters()[0], lowering="custom", opset=18,
+                    path=tmp_path / "c.onnx").path
+    with pytest.raises(Exception, match="must have X's shape"):
+        make_session(path, library=plugin_path).run(None, _feed(op, inputs))
