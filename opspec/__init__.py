@@ -72,9 +72,10 @@ class OpSpec:
     # Nodes that compute the whole op (ai.onnx Swish, ORT's QuickGelu): fused into it; one with an opset is
     # the decomposed lowering from that opset on, where ORT runs it.
     fused_nodes: tuple = ()
-    # What the op's math header writes itself, per device: "cpu", its own loops (forward_span/backward_span,
-    # or forward_rows/backward_rows); "cuda", its own launchers (kernels/<name>_cuda.cu). Elsewhere the
-    # loops and launchers are generated from its one-element functions forward/backward (opspec/codegen).
+    # What an elementwise op's math header writes itself, per device: "cpu", its own loops (forward_span,
+    # backward_span); "cuda", its own launchers (kernels/<name>_cuda.cu). Elsewhere the loops and launchers
+    # are generated from its one-element functions forward/backward (opspec/codegen). A rowwise op's
+    # header writes its own row loops (forward_rows, backward_rows) and launchers.
     own_kernels: tuple[str, ...] = ()
     # The torch side, where the op has no ops/<name>.py (ops.registry makes its TorchOp from these): PyTorch's
     # own function as an expression in the torch inputs and attributes, torch and F (its bench row is
@@ -89,10 +90,6 @@ class OpSpec:
         if unknown:
             raise ValueError(f"OpSpec {self.name!r}: own_kernels={self.own_kernels!r} names {unknown}; it lists "
                              "\"cpu\" and/or \"cuda\", the devices whose loops its math header writes itself")
-        if self.kind == "rowwise" and set(self.own_kernels) != {"cpu", "cuda"}:
-            raise ValueError(f"OpSpec {self.name!r}: a rowwise op's math header writes its own loops and launchers "
-                             "(forward_rows, backward_rows and kernels/<name>_cuda.cu): declare own_kernels=(\"cpu\", "
-                             "\"cuda\"); only the elementwise kind is generated from one element's functions")
         if self.native and not self.native_row:
             object.__setattr__(self, "native_row", f"torch_native_{self.name}")
         if self.kind not in KINDS:

@@ -16,7 +16,6 @@ SPEC = OpSpec(
     "rms_norm", "RMSNorm", ("X", "scale"), {"epsilon": 1e-6}, torch_attributes={"epsilon": "eps"},
     kind="rowwise", torch_inputs={"scale": "weight"},
     decomposed=decomposed,
-    own_kernels=("cpu", "cuda"),  # its row loops, and packed CUDA kernels (kernels/rms_norm*.h)
     fused_nodes=(
         FusedNode("RMSNormalization", attributes={"epsilon": "epsilon"}, defaults=NODE_DEFAULTS,
                   requires=ONE_ROW_IN_FLOAT, opset=23),

@@ -25,17 +25,17 @@ SCALES = OpSpec("two_scales", "TwoScales", ("X", "w", "b"), {"epsilon": 0.25}, k
 
 # y = alpha x g, z = x + g;  rowwise: y = x w + b, s = eps x (per row, w and b of the last axis)
 MATH = {
+    # one element's functions: the CPU loops and CUDA launchers are generated around them
     "gated_mix.h": """
         #pragma once
-        #include <cstdint>
+        #include "op_math.h"
         namespace gated_mix {
         template <typename T>
-        inline void forward_span(const T* x, const T* g, T* y, T* z, int64_t n, T alpha) {
-          for (int64_t i = 0; i < n; ++i) { y[i] = alpha * x[i] * g[i]; z[i] = x[i] + g[i]; }
-        }
+        MYOPS_HD void forward(T x, T g, T alpha, T& y, T& z) { y = alpha * x * g; z = x + g; }
         template <typename T>
-        inline void backward_span(const T* gy, const T* gz, const T* x, const T* g, T* dx, T* dg, int64_t n, T alpha) {
-          for (int64_t i = 0; i < n; ++i) { dx[i] = gy[i] * alpha * g[i] + gz[i]; dg[i] = gy[i] * alpha * x[i] + gz[i]; }
+        MYOPS_HD void backward(T gy, T gz, T x, T g, T alpha, T& dx, T& dg) {
+          dx = gy * alpha * g + gz;
+          dg = gy * alpha * x + gz;
         }
         }  // namespace gated_mix
         """,
@@ -72,7 +72,8 @@ import sys, torch
 from torch.utils import cpp_extension
 folder, adapters, openmp = sys.argv[1], sys.argv[2], sys.argv[3:]
 sources = [line for line in open(folder + "/sources.txt").read().split()]
-library = cpp_extension.load(name="codegen_probe", sources=sources, extra_include_paths=[folder, adapters],
+library = cpp_extension.load(name="codegen_probe", sources=sources,
+                             extra_include_paths=[folder, adapters, adapters + "/../../kernels"],
                              extra_cflags=openmp, extra_ldflags=openmp, build_directory=folder,
                              is_python_module=False, verbose=False)
 torch.ops.load_library(library)
@@ -86,6 +87,9 @@ gy, gz = torch.randn_like(x), torch.randn_like(x)
 dx, dg = ops.gated_mix_backward(gy, gz, x, g, 2.0)
 torch.testing.assert_close(dx, gy * 2.0 * g + gz, rtol=0, atol=0)
 torch.testing.assert_close(dg, gy * 2.0 * x + gz, rtol=0, atol=0)
+y, z = ops.gated_mix(x.float(), g.float())  # float32: the vectorised loop of this CPU's path
+torch.testing.assert_close(y, 0.5 * x.float() * g.float(), rtol=0, atol=0)
+torch.testing.assert_close(z, x.float() + g.float(), rtol=0, atol=0)
 try:
     ops.gated_mix(x.float(), g[:, :5].float())
     raise SystemExit("a gate of another shape was taken")
