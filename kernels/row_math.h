@@ -25,8 +25,8 @@ namespace row_math {
 #if !defined(__CUDA_ARCH__)
 // 2^whole * p for an integer-valued `whole` in [-127, 128]: the exponent bits built from whole + 127
 // (2^23 added as a float puts them in the low bits, no float-to-int conversion); 128 gives +inf,
-// -127 gives 0. The same method, and the same degree-5 polynomial of 2^f on [0, 1), as
-// kernels/vec_math-inl.h's Exp2.
+// -127 gives 0, and outside that range the bits mean nothing (exp() replaces them). The same method,
+// and the same degree-5 polynomial of 2^f on [0, 1), as kernels/vec_math-inl.h's Exp2.
 inline float exp2_split(float whole, float fraction) {
   float p = 1.8775727e-3f;
   p = p * fraction + 8.9893444e-3f;
@@ -52,15 +52,17 @@ MYOPS_ROW_MATH_HD float exp(float x) {
 #if defined(__CUDA_ARCH__)
   return ::expf(x);
 #else
-  float t = x * 1.44269504f;  // log2(e)
-  // Written so that a NaN t fails both tests and goes through (the result is then NaN).
-  t = t < -127.0f ? -127.0f : t;
-  t = t > 128.0f ? 128.0f : t;
+  const float t = x * 1.44269504f;  // log2(e)
   // floor(t) by adding and taking away 1.5 * 2^23 (which rounds to the nearest integer), then a select:
   // x86-64's baseline has no vector floor, so a call to floorf would keep its loop scalar.
   const float nearest = (t + 12582912.0f) - 12582912.0f;
   const float whole = nearest > t ? nearest - 1.0f : nearest;
-  return exp2_split(whole, t - whole);
+  const float power = exp2_split(whole, t - whole);
+  // The ends chosen last, on the result (the same values as clamping t to [-127, 128] first, whose two
+  // selects before the polynomial made GCC compute it twice in a vector loop). A NaN t fails both tests
+  // and stays NaN.
+  const float low = t < -127.0f ? 0.0f : power;
+  return t > 128.0f ? __builtin_inff() : low;
 #endif
 }
 

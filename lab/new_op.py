@@ -58,19 +58,14 @@ PARAMETER_RESERVED = {"x", "y", "g", "op", "ctx", "grad", "grads", "axes", "inpu
                       "check", "constant", "decomposed_graph", "forward_cpu", "backward_cpu", "forward_cuda",
                       "backward_cuda", "contiguous", "pointers", "check_inputs", "checked_dtype", "check_launch",
                       "beta"}  # the bench passes its --beta (Swish's, default 1) to every op's attributes by name
-# And the elementwise kind's inputs: the locals of its kernels and adapters.
-INPUT_RESERVED = {"out", "n", "i", "d", "d1", "lanes", "kernel", "t", "begin", "end", "dtype", "guard", "info", "input",
-                  "other", "shape", "node", "err", "stream", "e", "p", "q", "v", "floats", "views", "wide", "inputs",
-                  # the generated functions and the types the C++ names
-                  "forward", "backward", "forward_span", "backward_span", "check_like_x", "check_cpu_dtype",
-                  "kernel_dtype", "check_launch", "float_input", "same_shapes", "reference", "register_python_parts",
-                  "int64_t", "size_t", "uint8_t", "int32_t", "uintptr_t", "scalar_t", "half", "bfloat16",
-                  # C++ keywords and alternative tokens the general list leaves out
+# And the elementwise kind's inputs and outputs: names the math header's functions and the generated code
+# use, C++ keywords the general list leaves out, and Python's builtins (the torch side calls tuple(), len()).
+INPUT_RESERVED = {"out", "n", "i", "in", "a", "T", "dtype", "stream", "forward", "backward", "int64_t", "size_t",
                   "static_cast", "reinterpret_cast", "const_cast", "dynamic_cast", "static_assert", "thread_local",
                   "wchar_t", "char8_t", "char16_t", "char32_t", "co_await", "co_yield", "co_return", "concept",
                   "requires", "consteval", "constinit", "and_eq", "bitand", "bitor", "compl", "not_eq", "or_eq",
                   "xor_eq", "module", "import", "final", "override",
-                  } | set(dir(builtins))  # the Python side calls tuple(), len(), ...
+                  } | set(dir(builtins))
 ONNX_TYPE_PATTERN = re.compile(r"[A-Z][A-Za-z0-9]*")
 
 

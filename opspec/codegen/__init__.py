@@ -100,10 +100,10 @@ def _attribute_members(spec: OpSpec) -> list[str]:
 
 def functors(spec: OpSpec) -> str:
     """The op's math header and its Forward and Backward functors, compiled as the CPU loops need them
-    (elementwise_cpu.h: at O3 without trapping math, so that GCC inlines and vectorises them)."""
+    (elementwise_cpu.h's options, so that GCC inlines them into the loops and vectorises those)."""
     inputs, outputs = len(spec.inputs), len(spec.outputs)
     return ("#if defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__)\n"
-            "#pragma GCC push_options\n#pragma GCC optimize(\"O3\", \"no-trapping-math\")\n#endif\n"
+            "#pragma GCC push_options\n#pragma GCC optimize(\"O3\", \"no-trapping-math\", \"no-thread-jumps\")\n#endif\n"
             '#include "op_math.h"\n'
             f'#include "{spec.name}.h"\n\n'
             f'namespace __attribute__((visibility("hidden"))) {_functor_namespace(spec)} {{\n\n'
