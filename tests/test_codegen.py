@@ -224,3 +224,23 @@ def test_plugin_builds_and_runs_ops_that_are_a_declaration_and_a_math_header(tmp
     a = np.ascontiguousarray(x[:, :8])
     y, _ = session.run(None, {"x": a, "gate": a})  # no alpha on the node: the new default
     np.testing.assert_array_equal(y, np.float32(3.0) * a * a)
+
+
+def test_each_device_s_loops_are_the_op_s_own_or_generated_from_its_functions(tmp_path):
+    """own_kernels per device: an op writing its own CPU loops (forward_span) still gets its CUDA
+    launchers from forward/backward, and the other way round; the plugin's launcher file comes with them."""
+    from opspec import codegen
+
+    cpu_own = OpSpec("cpu_own", "CpuOwn", ("X",), {"alpha": 1.5}, kind="elementwise", own_kernels=("cpu",))
+    cuda_own = OpSpec("cuda_own", "CudaOwn", ("X",), kind="elementwise", own_kernels=("cuda",))
+    torch_cpu, torch_cuda = codegen._Op(cpu_own).cpu(), codegen._Op(cpu_own).cuda()
+    assert "cpu_own::forward_span(in[0], out[0], n, a[0])" in torch_cpu and "elementwise_cpu::map" not in torch_cpu
+    assert "myops_cuda::dispatch_many(dtype, myops_declared_cpu_own::Forward<float>{a0}" in torch_cuda
+    assert '#include "cpu_own_cuda.h"' not in torch_cuda
+    torch_cpu, torch_cuda = codegen._Op(cuda_own).cpu(), codegen._Op(cuda_own).cuda()
+    assert "elementwise_cpu::map<1, 1>(myops_declared_cuda_own::Forward{}, in, out, n)" in torch_cpu
+    assert '#include "cuda_own_cuda.h"' in torch_cuda and "dispatch_many" not in torch_cuda
+    plugin = codegen._plugin_source(cpu_own, "cuda")
+    assert "cudaError_t forward(const void* in0, void* out0, int64_t n, float a0" in plugin  # declared, made elsewhere
+    with pytest.raises(ValueError, match="own_kernels=.*names \\['tpu'\\]"):
+        OpSpec("odd", "Odd", ("X",), kind="elementwise", own_kernels=("tpu",))
