@@ -29,6 +29,8 @@ import zlib
 from pathlib import Path
 from string import Template
 
+from opspec import GENERATED_RESERVED, OpSpec, WorkloadSpec
+
 REPO = Path(__file__).resolve().parent.parent
 TEMPLATES = Path(__file__).resolve().parent / "new_op_templates"
 NAME_PATTERN = re.compile(r"[a-z][a-z0-9]*(_[a-z0-9]+)*")
@@ -58,14 +60,15 @@ PARAMETER_RESERVED = {"x", "y", "g", "op", "ctx", "grad", "grads", "axes", "inpu
                       "check", "constant", "decomposed_graph", "forward_cpu", "backward_cpu", "forward_cuda",
                       "backward_cuda", "contiguous", "pointers", "check_inputs", "checked_dtype", "check_launch",
                       "beta"}  # the bench passes its --beta (Swish's, default 1) to every op's attributes by name
-# And the elementwise kind's inputs and outputs: names the math header's functions and the generated code
-# use, C++ keywords the general list leaves out, and Python's builtins (the torch side calls tuple(), len()).
-INPUT_RESERVED = {"out", "n", "i", "in", "a", "T", "dtype", "stream", "forward", "backward", "int64_t", "size_t",
-                  "static_cast", "reinterpret_cast", "const_cast", "dynamic_cast", "static_assert", "thread_local",
-                  "wchar_t", "char8_t", "char16_t", "char32_t", "co_await", "co_yield", "co_return", "concept",
-                  "requires", "consteval", "constinit", "and_eq", "bitand", "bitor", "compl", "not_eq", "or_eq",
-                  "xor_eq", "module", "import", "final", "override",
-                  } | set(dir(builtins))
+# And the elementwise kind's inputs and outputs: the names the generated adapters use themselves
+# (opspec.GENERATED_RESERVED, which the declaration refuses too), the math's own, and C++ keywords the
+# general list leaves out.
+INPUT_RESERVED = set(GENERATED_RESERVED) | {
+    "forward", "backward", "static_cast", "reinterpret_cast", "const_cast", "dynamic_cast", "static_assert",
+    "thread_local", "wchar_t", "char8_t", "char16_t", "char32_t", "co_await", "co_yield", "co_return", "concept",
+    "requires", "consteval", "constinit", "and_eq", "bitand", "bitor", "compl", "not_eq", "or_eq", "xor_eq",
+    "module", "import", "final", "override", "int64_t", "size_t",
+} | set(dir(builtins))  # an input is also a Python parameter of the torch reference
 ONNX_TYPE_PATTERN = re.compile(r"[A-Z][A-Za-z0-9]*")
 
 
@@ -90,6 +93,9 @@ def _check(name: str, onnx_type: str, repo: Path) -> None:
         raise ScaffoldError(f"ONNX op type {onnx_type!r}: use CamelCase starting with a capital (e.g. FastGelu)")
     if (repo / "opspec" / name).is_dir():
         raise ScaffoldError(f"{name!r} is a package of opspec/ (its tools, not an op): choose another name")
+    # ops/<name>.py is an op's optional torch side: a tool of the ops package by that name would be taken for it
+    if (repo / "ops" / f"{name}.py").is_file() or (repo / "ops" / name).is_dir():
+        raise ScaffoldError(f"{name!r} is a module of the ops package (ops/{name}), not an op: choose another name")
     taken = {p.stem for p in (repo / "opspec").glob("*.py")}
     if name in taken:
         raise ScaffoldError(f"an op named {name!r} exists already (opspec/{name}.py): choose another name")
@@ -353,6 +359,16 @@ def elementwise_values(name: str, inputs: tuple[str, ...], outputs: tuple[str, .
     }
 
 
+def _check_declaration(path: str, text: str) -> None:
+    """The declaration as opspec will import it: what it refuses (a name the generated code uses, ...) is
+    refused here, before anything is written, rather than by the next `import opspec`."""
+    scope = {"OpSpec": OpSpec, "WorkloadSpec": WorkloadSpec}
+    try:
+        exec(compile(text.replace("from . import OpSpec, WorkloadSpec\n", ""), path, "exec"), scope)
+    except ValueError as exc:
+        raise ScaffoldError(f"{exc}; choose other names") from exc
+
+
 def planned_files(name: str, onnx_type: str, repo: Path = REPO, native: str | None = None, kind: str = "elementwise",
                   weights: tuple[str, ...] = ("weight",), attributes: dict[str, float] | None = None,
                   inputs: tuple[str, ...] = ("x",), outputs: tuple[str, ...] = ("y",)) -> dict[Path, str]:
@@ -382,6 +398,8 @@ def planned_files(name: str, onnx_type: str, repo: Path = REPO, native: str | No
     for template in sorted(templates.rglob("*.tmpl")):
         relative = template.relative_to(templates).as_posix().replace("NAME", name).removesuffix(".tmpl")
         files[repo / relative] = Template(template.read_text()).substitute(values)
+    declaration = repo / "opspec" / f"{name}.py"
+    _check_declaration(declaration.relative_to(repo).as_posix(), files[declaration])
     existing = sorted(str(p.relative_to(repo)) for p in files if p.exists())
     if existing:
         raise ScaffoldError(f"these files exist already and would be overwritten: {', '.join(existing)}; "

@@ -68,7 +68,7 @@ def git_state() -> dict:
 
 # What follows an op's name in the names of its files (those `nox -s new_op` writes, as the lab's own ops
 # are laid out): not any prefix, so that my_op_gated.h is not taken for one of my_op's files.
-OP_FILE_SUFFIXES = (".cpp", ".h", ".py", "_cuda.cu", "_cuda.h", "_onnx.py", "_op.cc", "_op_base.h", "_vec-inl.h")
+OP_FILE_SUFFIXES = (".cpp", ".h", ".py", "_cuda.cu", "_cuda.h", "_onnx.py", "_op.cc", "_op_base.h")
 
 
 def uncommitted_op_files(op: str) -> list[str]:

@@ -1,10 +1,10 @@
 """What ops/<name>.py declares of its op: `OP = TorchOp(...)` (ops.registry collects them).
 
-opspec/<name>.py says what the op is without torch (ONNX type, inputs, attributes, workloads);
-ops/<name>.py adds what needs torch (the fused function, its reference, fakes and autograd, the
-models that hold it, the artifacts' seeds, layer 1's tolerances, the bench targets), and
-ops/<name>_onnx.py its ONNX parts (schema, symbolic, translation, expected nodes). Export,
-artifacts, the bench, the doctor and the nox sessions loop over OPS.
+opspec/<name>.py says what the op is without torch (ONNX type, inputs, attributes, workloads, its
+decomposed form, tolerances, targets, native function); an op with nothing more is its declaration and
+its math, and ops.registry makes its TorchOp (TorchOp.declared). ops/<name>.py, where an op has one, adds
+what needs torch code: the modules ops.apply swaps, other models that hold it, its own reference or
+autograd. Export, artifacts, the bench, the doctor and the nox sessions loop over OPS.
 """
 from __future__ import annotations
 
@@ -74,15 +74,16 @@ class TorchOp:
     def __post_init__(self):
         if self.reference is None:
             if self.spec.decomposed is None:
-                raise ValueError(f"ops/{self.spec.name}.py: an op without a decomposed form (opspec/{self.spec.name}.py) "
-                                 "declares its own reference")
+                raise ValueError(f"opspec/{self.spec.name}.py declares no decomposed form: declare one (decomposed=...), "
+                                 f"or give the op an ops/{self.spec.name}.py whose TorchOp has its own reference")
             object.__setattr__(self, "reference", onnx_parts.torch_reference(self.spec))
         if not self.reference_text:
             object.__setattr__(self, "reference_text", self.spec.formula)
         if self.register_python_parts is None:
             if not self.spec.kind:
-                raise ValueError(f"ops/{self.spec.name}.py: an op without a kind (opspec/{self.spec.name}.py) declares "
-                                 "its own register_python_parts")
+                raise ValueError(f"opspec/{self.spec.name}.py declares no kind: declare kind=\"elementwise\" or "
+                                 f"\"rowwise\", or give the op an ops/{self.spec.name}.py whose TorchOp has its own "
+                                 "register_python_parts")
             parts = functools.partial(adapters.register_python_parts, self.spec, self.reference)
             object.__setattr__(self, "register_python_parts", parts)
 

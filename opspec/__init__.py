@@ -5,11 +5,13 @@ adding an op adds a file and edits none. Both sides read the catalogue: the trai
 for names, defaults and models, the inference side (infer/, ort_plugin/, shipped without torch) for
 the inputs a probe must feed and the workloads a benchmark runs. An op's decomposed form (`decomposed=`,
 in ONNX ops: opspec/_forms.py) gives its torch reference, both ONNX lowerings and its fuse rules
-(ops/onnx_parts.py; an op without one keeps its own ops/<name>_onnx.py); its other torch parts are
-declared in ops/<name>.py, its math in kernels/<name>*.h|cu; an op of
-a kind (`kind=`) gets the extension's adapters from its declaration (opspec/codegen), one without
-has its own in ops/csrc/, and likewise in the plugin (ort_plugin/src/{cpu,cuda}/declared_ops.h, or its own
-ort_plugin/src/{cpu,cuda}/<name>_op.cc).
+(ops/onnx_parts.py; an op without one keeps its own ops/<name>_onnx.py); its tolerances, targets and
+native function are declared here too, and what needs torch code (the modules ops.apply swaps, other
+models) in an optional ops/<name>.py. Its math is kernels/<name>.h: an elementwise op's one-element
+forward and backward, around which opspec/codegen writes the CPU loops and CUDA launchers (unless
+`own_kernels` says the header writes them). An op of a kind (`kind=`) gets the extension's and the
+plugin's adapters from its declaration (opspec/codegen); one without has its own in ops/csrc/ and
+ort_plugin/src/{cpu,cuda}/<name>_op.cc.
 """
 from __future__ import annotations
 
@@ -86,6 +88,11 @@ class OpSpec:
     targets: tuple = ()
 
     def __post_init__(self):
+        if not isinstance(self.own_kernels, tuple):
+            raise ValueError(f"OpSpec {self.name!r}: own_kernels={self.own_kernels!r} must be a tuple, e.g. (\"cpu\",)")
+        if self.own_kernels and self.kind != "elementwise":
+            raise ValueError(f"OpSpec {self.name!r}: own_kernels is for an elementwise op (a rowwise op's math header "
+                             "writes its row loops and launchers itself)")
         unknown = sorted(set(self.own_kernels) - {"cpu", "cuda"})
         if unknown:
             raise ValueError(f"OpSpec {self.name!r}: own_kernels={self.own_kernels!r} names {unknown}; it lists "

@@ -244,3 +244,27 @@ def test_each_device_s_loops_are_the_op_s_own_or_generated_from_its_functions(tm
     assert "cudaError_t forward(const void* in0, void* out0, int64_t n, float a0" in plugin  # declared, made elsewhere
     with pytest.raises(ValueError, match="own_kernels=.*names \\['tpu'\\]"):
         OpSpec("odd", "Odd", ("X",), kind="elementwise", own_kernels=("tpu",))
+
+
+def test_the_launchers_of_an_op_with_inputs_outputs_and_an_attribute_compile(tmp_path, in_ci):
+    """launchers() for GATED (two inputs, two outputs, alpha), compiled by nvcc for one architecture: the
+    functors' attribute members, the pointer arrays and dispatch_many's deduction."""
+    import shutil
+
+    from opspec.codegen import launchers
+
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        if in_ci:
+            pytest.fail("nvcc is expected on CI machines of this kind")
+        pytest.skip("nvcc not installed")
+    (tmp_path / "gated_mix.h").write_text(textwrap.dedent(MATH["gated_mix.h"]))
+    (tmp_path / "launch.cu").write_text(launchers(GATED))
+    built = subprocess.run([nvcc, "-std=c++17", "-arch=sm_90", f"-I{REPO / 'kernels'}", f"-I{tmp_path}", "-c",
+                            str(tmp_path / "launch.cu"), "-o", str(tmp_path / "launch.o")],
+                           capture_output=True, text=True, timeout=600)
+    assert built.returncode == 0, built.stderr[-3000:]
+    symbols = subprocess.run(["nm", "-C", str(tmp_path / "launch.o")], capture_output=True, text=True, check=True).stdout
+    assert "gated_mix::cuda::forward(void const*, void const*, void*, void*, long, float, myops_cuda::DType" in symbols
+    assert "gated_mix::cuda::backward(void const*, void const*, void const*, void const*, void*, void*, long, float" \
+        in symbols

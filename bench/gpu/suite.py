@@ -22,11 +22,12 @@ EXCLUSIVE_MODE_SIGNS = ("cudaErrorDevicesUnavailable", "busy or unavailable")
 
 
 def test_files() -> list[Path]:
-    """tests/test_<op>.py of every registered op that has one, and the plugin's CUDA kernel tests."""
+    """tests/test_<op>.py of every registered op that has one, every elementwise op's from its declaration
+    (tests/test_declared_ops.py: a scaffolded op has no file of its own), and the plugin's CUDA kernel tests."""
     from opspec import TORCH_OPS
 
     files = [TESTS / f"test_{op}.py" for op in TORCH_OPS]
-    return [path for path in files if path.is_file()] + [TESTS / "test_plugin_cuda.py"]
+    return [path for path in files if path.is_file()] + [TESTS / "test_declared_ops.py", TESTS / "test_plugin_cuda.py"]
 
 
 def command(files: list[Path], junit: Path) -> list[str]:

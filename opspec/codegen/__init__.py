@@ -83,11 +83,10 @@ def _functor_namespace(spec: OpSpec) -> str:
 def _functor(spec: OpSpec, function: str, struct: str, inputs: int, outputs: int) -> str:
     """One call of kernels/<op>.h's `function` as a functor over arrays of one element's values: the
     inputs (and a backward's grads first), the attributes (members, converted to T), the outputs."""
-    attributes = list(spec.attributes)
     members = "".join(f"  A {name};\n" for name in _attribute_members(spec))
     arguments = ([f"in[{k}]" for k in range(inputs)] + [f"static_cast<T>({name})" for name in _attribute_members(spec)]
                  + [f"out[{k}]" for k in range(outputs)])
-    head = "template <typename A>\n" if attributes else ""
+    head = "template <typename A>\n" if spec.attributes else ""
     return (f"{head}struct {struct} {{\n{members}"
             "  template <typename T>\n"
             f"  MYOPS_HD void operator()(const T (&in)[{inputs}], T (&out)[{outputs}]) const {{\n"
@@ -142,9 +141,10 @@ def launcher_declarations(spec: OpSpec) -> str:
             f"}}  // namespace {spec.name}\n")
 
 
-def launchers(spec: OpSpec) -> str:
+def launchers(spec: OpSpec, header: bool = True) -> str:
     """The CUDA launchers of an op whose math is one element's functions: myops_cuda::dispatch_many over
-    the functors, in float32 whatever the storage type."""
+    the functors, in float32 whatever the storage type. header: the generated file's first line (left out
+    where they go into another generated file)."""
     inputs, outputs = len(spec.inputs), len(spec.outputs)
     forward, backward = _launcher_signatures(spec)
     values = _attribute_members(spec)
@@ -155,7 +155,7 @@ def launchers(spec: OpSpec) -> str:
                 f"  return myops_cuda::dispatch_many(dtype, {_functor_value(spec, struct, values, 'float')}, in, out, n, "
                 "stream);\n")
 
-    return (HEADER.format(name=spec.name) +
+    return ((HEADER.format(name=spec.name) if header else "") +
             f"// myops::{spec.onnx_type}'s CUDA launchers: the one-element functions of kernels/{spec.name}.h over\n"
             "// float, half and bfloat16 storage (kernels/elementwise_cuda.cuh), computed in float32.\n"
             '#include "cuda_dtype.h"\n#include "elementwise_cuda.cuh"\n' + functors(spec) + "\n" +
@@ -215,7 +215,7 @@ class _Op:
                              f"{', '.join(_pointers('in', 0, n_out + n_in) + _pointers('out', 0, n_in) + ['rows', 'cols'] + values)}); }})")
         forward, backward = schemas(spec)
         return (HEADER.format(name=name) +
-                f'// myops::{name} ({spec.kind}) for PyTorch: its schema and CPU kernels, the loops of kernels/{name}.h.\n'
+                f'// myops::{name} ({spec.kind}) for PyTorch: its schema and CPU kernels over the math of kernels/{name}.h.\n'
                 '#include <torch/library.h>\n\n'
                 '#include <tuple>\n\n'
                 '#include "adapters.h"\n' +
@@ -259,12 +259,12 @@ class _Op:
                              f"      [&]({params}) {{ return {name}::cuda::backward("
                              f"{', '.join(_pointers('in', 0, n_out + n_in) + _pointers('out', 0, n_in) + ['workspace', 'rows', 'cols'] + values + tail)}); }})")
         return (HEADER.format(name=name) +
-                f'// myops::{name} ({spec.kind}) for PyTorch on CUDA: the launchers of kernels/{name}_cuda.h on\n'
+                f'// myops::{name} ({spec.kind}) for PyTorch on CUDA: the launchers of its math (kernels/{name}*) on\n'
                 "// PyTorch's current stream.\n"
                 '#include <torch/library.h>\n\n'
                 '#include <tuple>\n\n'
                 '#include "adapters_cuda.h"\n' +
-                (launchers(spec).split("\n", 1)[1] + "\n" if generated(spec, "cuda") else f'#include "{name}_cuda.h"\n\n') +
+                (launchers(spec, header=False) + "\n" if generated(spec, "cuda") else f'#include "{name}_cuda.h"\n\n') +
                 'namespace myops {\n'
                 f'namespace __attribute__((visibility("hidden"))) {name}_cuda_adapter {{\n\n'
                 f"{_signature(f'{name}_cuda', self.inputs, self.attributes, n_out)} {{\n"
@@ -354,7 +354,7 @@ def _plugin_source(spec: OpSpec, provider: str) -> str:
                   f"      {call}({', '.join(pointers + extent + values)});\n    }}\n  }};\n")
         include = f'#include "{spec.name}.h"'
     else:
-        member = (f"  // the launcher of kernels/{spec.name}_cuda.h\n  struct Launch {{\n"
+        member = (f"  // the launcher of its math (kernels/{spec.name}*)\n  struct Launch {{\n"
                   f"    template <class In, class Out, class A>\n"
                   f"    cudaError_t operator()(const In& in, const Out& out, {extent_params}, {a}, "
                   "myops_cuda::DType dtype,\n                           cudaStream_t stream) const {\n"

@@ -1,5 +1,6 @@
-// The CPU kernels of every op of a kind: float32, the op's loops (Decl::Forward, calling its math
-// header's forward_span or forward_rows) on ORT's intra-op thread pool (cpu/spans.h).
+// The CPU kernels of every op of a kind: float32, the op's loops (Decl::Forward: kernels/elementwise_cpu.h
+// over its math's one-element functions, or its math header's own forward_span or forward_rows) on ORT's
+// intra-op thread pool (cpu/spans.h).
 #pragma once
 
 #include <string>

@@ -1,6 +1,6 @@
-// The CUDA kernels of every op of a kind (float32 and float16): the op's host launcher
-// (Decl::Launch, calling kernels/<op>_cuda.h) on the kernel context's compute stream, whose launch
-// status is checked.
+// The CUDA kernels of every op of a kind (float32 and float16): the op's host launcher (Decl::Launch:
+// the one opspec/codegen writes over its math, or its own in kernels/<op>_cuda.h) on the kernel
+// context's compute stream, whose launch status is checked.
 #pragma once
 
 #include <cstdint>
