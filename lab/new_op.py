@@ -26,10 +26,11 @@ import os
 import re
 import sys
 import zlib
+import shutil
+import subprocess
+import tempfile
 from pathlib import Path
 from string import Template
-
-from opspec import GENERATED_RESERVED, OpSpec, WorkloadSpec
 
 REPO = Path(__file__).resolve().parent.parent
 TEMPLATES = Path(__file__).resolve().parent / "new_op_templates"
@@ -60,10 +61,11 @@ PARAMETER_RESERVED = {"x", "y", "g", "op", "ctx", "grad", "grads", "axes", "inpu
                       "check", "constant", "decomposed_graph", "forward_cpu", "backward_cpu", "forward_cuda",
                       "backward_cuda", "contiguous", "pointers", "check_inputs", "checked_dtype", "check_launch",
                       "beta"}  # the bench passes its --beta (Swish's, default 1) to every op's attributes by name
-# And the elementwise kind's inputs and outputs: the names the generated adapters use themselves
-# (opspec.GENERATED_RESERVED, which the declaration refuses too), the math's own, and C++ keywords the
-# general list leaves out.
-INPUT_RESERVED = set(GENERATED_RESERVED) | {
+# And the elementwise kind's inputs and outputs: the names the generated adapters use themselves (those
+# of opspec.GENERATED_RESERVED that a snake_case name can be: the declaration refuses them too, and lab
+# imports no package of the chain), the math's own, and C++ keywords the general list leaves out.
+INPUT_RESERVED = {
+    "a", "in", "out", "n", "rows", "cols", "workspace", "dtype", "stream", "result", "m", "at", "std", "myops",
     "forward", "backward", "static_cast", "reinterpret_cast", "const_cast", "dynamic_cast", "static_assert",
     "thread_local", "wchar_t", "char8_t", "char16_t", "char32_t", "co_await", "co_yield", "co_return", "concept",
     "requires", "consteval", "constinit", "and_eq", "bitand", "bitor", "compl", "not_eq", "or_eq", "xor_eq",
@@ -359,14 +361,21 @@ def elementwise_values(name: str, inputs: tuple[str, ...], outputs: tuple[str, .
     }
 
 
-def _check_declaration(path: str, text: str) -> None:
-    """The declaration as opspec will import it: what it refuses (a name the generated code uses, ...) is
-    refused here, before anything is written, rather than by the next `import opspec`."""
-    scope = {"OpSpec": OpSpec, "WorkloadSpec": WorkloadSpec}
-    try:
-        exec(compile(text.replace("from . import OpSpec, WorkloadSpec\n", ""), path, "exec"), scope)
-    except ValueError as exc:
-        raise ScaffoldError(f"{exc}; choose other names") from exc
+def _check_declaration(name: str, text: str) -> None:
+    """The declaration as opspec will import it, beside the lab's own catalogue code in a scratch folder:
+    what it refuses (a name the generated code uses, ...) is refused here, before anything is written,
+    rather than by the next `import opspec`. A child process: lab imports no package of the chain."""
+    with tempfile.TemporaryDirectory() as scratch:
+        package = Path(scratch) / "opspec"
+        package.mkdir()
+        for part in ("__init__.py", "_forms.py"):
+            shutil.copy2(REPO / "opspec" / part, package / part)
+        (package / f"{name}.py").write_text(text)
+        checked = subprocess.run([sys.executable, "-B", "-c", "import opspec"], cwd=scratch, capture_output=True,
+                                 text=True, timeout=120, env={**os.environ, "PYTHONPATH": scratch})
+    if checked.returncode != 0:
+        reason = (checked.stderr.strip().splitlines() or ["(no message)"])[-1]
+        raise ScaffoldError(f"{reason.split(': ', 1)[-1]}; choose other names")
 
 
 def planned_files(name: str, onnx_type: str, repo: Path = REPO, native: str | None = None, kind: str = "elementwise",
@@ -398,8 +407,7 @@ def planned_files(name: str, onnx_type: str, repo: Path = REPO, native: str | No
     for template in sorted(templates.rglob("*.tmpl")):
         relative = template.relative_to(templates).as_posix().replace("NAME", name).removesuffix(".tmpl")
         files[repo / relative] = Template(template.read_text()).substitute(values)
-    declaration = repo / "opspec" / f"{name}.py"
-    _check_declaration(declaration.relative_to(repo).as_posix(), files[declaration])
+    _check_declaration(name, files[repo / "opspec" / f"{name}.py"])
     existing = sorted(str(p.relative_to(repo)) for p in files if p.exists())
     if existing:
         raise ScaffoldError(f"these files exist already and would be overwritten: {', '.join(existing)}; "

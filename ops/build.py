@@ -138,6 +138,9 @@ def source_files(generated: Path) -> dict[str, list[Path]]:
     `generated` from the declarations (opspec/codegen); hand-written adapters, found by name in
     ops/csrc/*.cpp and ops/csrc/cuda/*.cu; and kernels/*_cuda.cu (the shared CUDA kernels). A new op
     adds files and touches no list."""
+    problems = codegen.own_kernel_problems(KERNELS)
+    if problems:
+        raise RuntimeError("\n".join(problems))
     written = codegen.write_torch_sources(generated, generated / "cuda")
     return {
         "cpp": written["cpp"] + sorted(CSRC.glob("*.cpp")),

@@ -268,3 +268,23 @@ def test_the_launchers_of_an_op_with_inputs_outputs_and_an_attribute_compile(tmp
     assert "gated_mix::cuda::forward(void const*, void const*, void*, void*, long, float, myops_cuda::DType" in symbols
     assert "gated_mix::cuda::backward(void const*, void const*, void const*, void const*, void*, void*, long, float" \
         in symbols
+
+
+def test_a_cuda_file_and_the_declaration_that_disagree_are_named(tmp_path):
+    """kernels/<op>_cuda.cu beside generated launchers would link twice; own launchers declared without the
+    file cannot build: each is one message saying what to do, and the lab's own catalogue has none."""
+    from opspec.codegen import own_kernel_problems
+
+    generated_cuda = OpSpec("gen_op", "GenOp", ("X",), kind="elementwise")
+    own_cuda = OpSpec("own_op", "OwnOp", ("X",), kind="elementwise", own_kernels=("cuda",))
+    assert own_kernel_problems(tmp_path, [generated_cuda, own_cuda]) == [
+        'opspec/own_op.py declares own_kernels=(..., "cuda"), but kernels/own_op_cuda.cu is missing: write its '
+        'launchers there, or drop "cuda" from own_kernels to have them written from kernels/own_op.h\'s forward '
+        "and backward."]
+    (tmp_path / "gen_op_cuda.cu").write_text("// mine\n")
+    (tmp_path / "own_op_cuda.cu").write_text("// mine\n")
+    assert own_kernel_problems(tmp_path, [generated_cuda, own_cuda]) == [
+        'kernels/gen_op_cuda.cu exists, but opspec/gen_op.py does not declare own_kernels=(..., "cuda"): its CUDA '
+        "launchers are written from kernels/gen_op.h's forward and backward. Remove the file, or declare its "
+        "launchers your own."]
+    assert own_kernel_problems(REPO / "kernels") == []

@@ -165,6 +165,26 @@ def launchers(spec: OpSpec, header: bool = True) -> str:
             f"}}  // namespace cuda\n}}  // namespace {spec.name}\n")
 
 
+def own_kernel_problems(kernels: Path, ops: list[OpSpec] | None = None) -> list[str]:
+    """Where the math headers in `kernels` and the declarations disagree on who writes an elementwise op's
+    CUDA launchers: a kernels/<op>_cuda.cu beside generated launchers would define them twice, and an op
+    declaring its own without the file cannot build. One message per op, saying what to do."""
+    problems = []
+    for spec in plugin_ops() if ops is None else ops:
+        if spec.kind != "elementwise":
+            continue
+        own = (kernels / f"{spec.name}_cuda.cu").is_file()
+        if own and generated(spec, "cuda"):
+            problems.append(f"kernels/{spec.name}_cuda.cu exists, but opspec/{spec.name}.py does not declare "
+                            f"own_kernels=(..., \"cuda\"): its CUDA launchers are written from kernels/{spec.name}.h's "
+                            "forward and backward. Remove the file, or declare its launchers your own.")
+        elif not own and not generated(spec, "cuda"):
+            problems.append(f"opspec/{spec.name}.py declares own_kernels=(..., \"cuda\"), but kernels/{spec.name}_cuda.cu "
+                            "is missing: write its launchers there, or drop \"cuda\" from own_kernels to have them "
+                            f"written from kernels/{spec.name}.h's forward and backward.")
+    return problems
+
+
 class _Op:
     """What each generated function of one op needs, from its declaration."""
 
