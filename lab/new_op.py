@@ -9,9 +9,10 @@ Writes, from lab/new_op_templates/<kind>/:
   side (ops.registry), its ONNX parts and fuse rule (ops/onnx_parts.py) and its tests
   (tests/test_declared_ops.py). It is x*x (the product of its inputs, with several; each further output
   twice the one before) until edited.
-- a row-wise op, over the last dimension with per-channel weights and float attributes: its declaration,
-  math header and CUDA kernels, extension and plugin adapters, Python side, ONNX lowerings and tests (the
-  kind still written out in full); it centres each row and scales it by its weights until edited.
+- a row-wise op, over the last dimension with per-channel weights and float attributes: the same two
+  files, its math being seven functions of one element and its row's sums (kernels/rowwise_cpu.h and
+  rowwise_cuda.cuh hold the row loops around them); it centres each row and scales it by its weights
+  until edited.
 Either way the scaffold builds and its tests pass as written, and nothing else is edited: the registries
 and the builds' globs find the new files.
 """
@@ -25,7 +26,6 @@ import math
 import os
 import re
 import sys
-import zlib
 import shutil
 import subprocess
 import tempfile
@@ -136,15 +136,6 @@ def check_native(expression: str, names: tuple[str, ...] = ("x",)) -> str:
     return ast.unparse(tree)  # one line, quotes normalised: safe to write into the templates
 
 
-def native_values(name: str, native: str | None, parameters: str = "x") -> dict[str, str]:
-    """What the templates say about PyTorch's own function for the op: nothing, or its bench row."""
-    if not native:
-        return {"native_row": "", "native_import": "", "native": ""}
-    return {"native_row": f'\n    native_row="torch_native_{name}",  # PyTorch\'s own: {native}',
-            "native_import": "\nimport torch.nn.functional as F  # noqa: F401 (the native expression may use it)",
-            "native": f"\n    native=lambda {parameters}: {native},\n    native_text={native!r},"}
-
-
 def _check_parameter(kind: str, given: str, taken: set[str]) -> None:
     if not NAME_PATTERN.fullmatch(given) or keyword.iskeyword(given):
         raise ScaffoldError(f"{kind} name {given!r}: use lower-case snake_case starting with a letter (e.g. scale)")
@@ -186,69 +177,33 @@ def parse_attributes(text: str) -> dict[str, float]:
 
 
 def rowwise_values(name: str, weights: tuple[str, ...], attributes: dict[str, float]) -> dict[str, str]:
-    """The generated parts of the row-wise templates: signatures, structs and lists over the weights and
-    attributes."""
+    """The generated parts of the row-wise templates (the declaration and the math header): signatures over
+    the weights and attributes, and the placeholder math y = (x - mean(x)) * the product of the weights + the
+    sum of the attributes."""
     taken: set[str] = set()
     for weight in weights:
         _check_parameter("weight", weight, taken)
     for attribute in attributes:
         _check_parameter("attribute", attribute, taken)
-    n = len(weights)
 
-    def others(k: int, prefix: str) -> str:  # the product of the weights other than k
-        return "".join(f" * {prefix}{w}" for i, w in enumerate(weights) if i != k)
+    def others(k: int) -> str:  # the product of the weights other than k
+        return "".join(f" * c.{w}" for i, w in enumerate(weights) if i != k)
 
-    attr = list(attributes.items())
     return {
-        "weight_count": str(n),
-        "weight_names_c": ", ".join(f'"{w}"' for w in weights),
-        "weight_names_py": "".join(f'"{w}", ' for w in weights).rstrip(),  # a tuple's items, one weight too
         "weight_args": ", ".join(weights),
-        "weight_params": ", ".join(f"{w}: torch.Tensor" for w in weights),
+        "attribute_list": "".join(f", {a}" for a in attributes),
         "onnx_weight_inputs": ", ".join(f'"{w}"' for w in weights),
-        # C++ (kernels/NAME.h)
-        "attribute_fields": "".join(f"\n  float {a};" for a, _ in attr),
-        "channel_fields": "".join(f"\n  T {w};" for w in weights),
-        "ptr_fields": "".join(f"\n  const S* {w};" for w in weights),
-        "grad_ptr_fields": "".join(f"\n  S* {w};" for w in weights),
-        "ptr_init": ", ".join(f"w[{k}]" for k in range(n)),
-        "load_list": ", ".join(f"static_cast<T>(cast(p.{w}[j]))" for w in weights),
-        "add_lines": "".join(f"\n  p.{w}[j] += d.{w};" for w in weights),
-        "store_lines": "".join(f"\n  out[{k}] = c.{w};" for k, w in enumerate(weights)),
+        "attribute_defaults": ", ".join(f'"{a}": {v!r}' for a, v in attributes.items()),
+        # the attributes are added: a form must use each (a fuse rule reads them off the graph)
+        "decomposed_product": ("op.Add(" * len(attributes) +
+                               f"{'op.Mul(' * len(weights)}op.Sub(x, op.ReduceMean(x)){''.join(f', {w})' for w in weights)}"
+                               + "".join(f", {a})" for a in attributes)),
         "product": " * ".join(f"c.{w}" for w in weights),
-        "product_text": "*".join(weights),
-        "weight_grad_list": ", ".join(f"grad * (x - row.mean){others(k, 'c.')}" for k in range(n)),
-        # the torch adapters
-        "cpp_weight_params": ", ".join(f"const at::Tensor& {w}" for w in weights),
-        "cpp_attribute_params": "".join(f", double {a}" for a, _ in attr),
-        "cpp_attributes": f"{name}::Attributes{{{', '.join(f'static_cast<float>({a})' for a, _ in attr)}}}",
-        "cpp_backward_type": f"std::tuple<{', '.join(['at::Tensor'] * (n + 1))}>",
-        "cpp_backward_values": ", ".join(f"out[{k}]" for k in range(n + 1)),
-        "schema_params": ", ".join(["Tensor x", *(f"Tensor {w}" for w in weights),
-                                    *(f"float {a}={v!r}" for a, v in attr)]),
-        "schema_backward_params": ", ".join(["Tensor x", *(f"Tensor {w}" for w in weights),
-                                             *(f"float {a}" for a, _ in attr)]),
-        "schema_backward_returns": f"({', '.join(['Tensor'] * (n + 1))})",
-        # the plugin
-        "plugin_attribute_reads": "".join(
-            f"\n    if (OrtStatus* status = ReadFloatAttribute(api, info, MYOPS_{name.upper()}_NAME, \"{a}\", {v!r}f, "
-            f"&at.{a})) {{\n      return status;\n    }}" for a, v in attr),
-        # Python
-        "attribute_params": "".join(f", {a}: float = {v!r}" for a, v in attr),
-        "attribute_params_plain": "".join(f", {a}={v!r}" for a, v in attr),
-        "attribute_args": "".join(f", {a}" for a, _ in attr),
-        "attribute_defaults": ", ".join(f'"{a}": {v!r}' for a, v in attr),
-        "product_py": " * ".join(weights),
-        "product_float": " * ".join(f"{w}.float()" for w in weights),
-        # ONNX
-        "attribute_doc": "".join(f"; float attribute {a}" for a, _ in attr),
-        "decomposed_muls": ", ".join(['"Mul"'] * n),
-        "decomposed_product": f"{'op.Mul(' * n}centred{''.join(f', {w})' for w in weights)}",
-        "parse_args": ", ".join(['"v"'] * n + ['"f"'] * len(attr)),
-        "attribute_ts_kwargs": "".join(f", {a}_f={a}" for a, _ in attr),
-        "attribute_ts_constants": "".join(f", constant({a})" for a, _ in attr),
-        "attribute_kwargs": "".join(f", {a}={a}" for a, _ in attr),
-        "attribute_constants": "".join(f", op.Constant(value_float={a})" for a, _ in attr),
+        "attribute_sum": "".join(f" + at.{a}" for a in attributes),
+        "product_text": "*".join(weights) + "".join(f" + {a}" for a in attributes),
+        "channel_text": ", ".join(f"c.{w}" for w in weights),
+        "attributes_text": ", ".join(f"at.{a}" for a in attributes) or "none yet",
+        "weight_grad_list": ", ".join(f"grad * (x - row.mean){others(k)}" for k in range(len(weights))),
     }
 
 
@@ -385,17 +340,14 @@ def planned_files(name: str, onnx_type: str, repo: Path = REPO, native: str | No
     if kind not in KINDS:
         raise ScaffoldError(f"--kind {kind!r}: choose one of {', '.join(KINDS)}")
     _check(name, onnx_type, repo)
-    values = {"name": name, "Type": onnx_type, "NAME": name.upper(),
-              # the artifacts' fixed input seed: the same on every machine, different for each op
-              "seed": str(1000 + zlib.crc32(name.encode()) % 9000)}
+    values = {"name": name, "Type": onnx_type}
     if kind == "rowwise":
         if tuple(outputs) != ("y",):
             raise ScaffoldError("--outputs describes an elementwise op (a row-wise op has one output, y)")
         attributes = dict(attributes or {})
         values.update(rowwise_values(name, weights, attributes))
-        parameters = ", ".join(("x", *weights, *attributes))
-        values.update(native_values(name, check_native(native, ("x", *weights, *attributes)) if native else None,
-                                    parameters))
+        names = ("x", *weights, *attributes)
+        values["native"] = f"\n    native={check_native(native, names)!r}," if native else ""
     else:
         if attributes or tuple(weights) != ("weight",):
             raise ScaffoldError("--weights and --attributes describe a row-wise op: add --kind rowwise")
@@ -497,12 +449,11 @@ def main(argv: list[str] | None = None) -> int:
     if rowwise:
         print(f"[new_op] myops::{name} (ONNX myops::{onnx_type}, row-wise, weights {', '.join(weights)}) scaffolded: "
               f"it centres each row and scales it until you edit it.\n"
-              f"  next: nox -s tests -- tests/test_{name}.py      (builds both libraries, runs its tests)\n"
-              f"  then: write the seven functions of kernels/{name}.h (row sums and their merge, row statistics,\n"
-              f"        output, and the gradient's), the composite in ops/{name}.py and decomposed_graph in\n"
-              f"        ops/{name}_onnx.py (docs/examples/layer_norm.patch and bias_softmax.patch are worked\n"
-              f"        examples); `nox -s bench -- --workload {name}`\n"
-              f"        measures it into build/results/ until its files are committed")
+              f"  its two files: opspec/{name}.py (the declaration: `decomposed`, the op in ONNX ops) and\n"
+              f"                 kernels/{name}.h (the math: seven functions of one element and its row's sums)\n"
+              f"  next: nox -s tests -- tests/test_declared_ops.py -k {name}   (builds both libraries, runs its tests)\n"
+              f"  then: edit both (docs/examples/layer_norm.patch and bias_softmax.patch are worked examples);\n"
+              f"        `nox -s bench -- --workload {name}` measures it into build/results/ until its files are committed")
         return 0
     what = f"the product of its inputs ({', '.join(inputs)})" if len(inputs) > 1 else "x*x"
     if len(outputs) > 1:

@@ -82,8 +82,14 @@ def rewrite(model, report: FuseReport, ops: list[str] | None = None, extra_rules
     chosen = rules(report, ops) + list(extra_rules or [])
     if not chosen:
         return 0
-    # commute: Mul(x, Sigmoid(x)) and Mul(Sigmoid(x), x) alike, each rule written once
-    count = rewriter.RewriteRuleSet(chosen, commute=True).apply_to_model(model)
+    # commute: Mul(x, Sigmoid(x)) and Mul(Sigmoid(x), x) alike, each rule written once. Whole forms first:
+    # a form with an attribute's identity node left out may match inside a whole one (at an inner node,
+    # which the rewriter reaches first) and would leave that node beside the fused one.
+    count = 0
+    for identity_variants in (False, True):
+        tier = [rule for rule in chosen if getattr(rule, "myops_identity_variant", False) == identity_variants]
+        if tier:
+            count += rewriter.RewriteRuleSet(tier, commute=True).apply_to_model(model)
     from onnx_ir.passes.common import RemoveUnusedNodesPass
 
     RemoveUnusedNodesPass()(model)

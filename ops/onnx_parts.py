@@ -456,8 +456,12 @@ class DeclaredOnnx:
             report.replace(spec.name, form)
             return self._fused(op, [bound[n] for n in inputs], attributes)
 
-        return pattern.RewriteRule(target, rewrite, check, name=f"{spec.name} {spec.formula}"
+        rule = pattern.RewriteRule(target, rewrite, check, name=f"{spec.name} {spec.formula}"
                                    + "".join(f" {a}={v:g}" for a, v in fixed.items()))
+        # a form without an identity node is part of the whole one (x*w without its +eps): ops.fuse tries
+        # these rules only after every whole form has had its turn
+        rule.myops_identity_variant = bool(fixed)
+        return rule
 
     def _fused(self, op, inputs: list, attributes: dict):
         spec = self.spec

@@ -74,10 +74,11 @@ class OpSpec:
     # Nodes that compute the whole op (ai.onnx Swish, ORT's QuickGelu): fused into it; one with an opset is
     # the decomposed lowering from that opset on, where ORT runs it.
     fused_nodes: tuple = ()
-    # What an elementwise op's math header writes itself, per device: "cpu", its own loops (forward_span,
-    # backward_span); "cuda", its own launchers (kernels/<name>_cuda.cu). Elsewhere the loops and launchers
-    # are generated from its one-element functions forward/backward (opspec/codegen). A rowwise op's
-    # header writes its own row loops (forward_rows, backward_rows) and launchers.
+    # What an op's math header writes itself, per device: "cpu", its own loops (an elementwise op's
+    # forward_span and backward_span, a rowwise op's forward_rows and backward_rows); "cuda", its own
+    # launchers (kernels/<name>_cuda.cu). Elsewhere opspec/codegen writes them around its math: an
+    # elementwise op's one-element forward and backward, a rowwise op's per-element functions
+    # (accumulate, merge, finish, forward, ...: kernels/rowwise_cpu.h).
     own_kernels: tuple[str, ...] = ()
     # The torch side, where the op has no ops/<name>.py (ops.registry makes its TorchOp from these): PyTorch's
     # own function as an expression in the torch inputs and attributes, torch and F (its bench row is
@@ -90,9 +91,9 @@ class OpSpec:
     def __post_init__(self):
         if not isinstance(self.own_kernels, tuple):
             raise ValueError(f"OpSpec {self.name!r}: own_kernels={self.own_kernels!r} must be a tuple, e.g. (\"cpu\",)")
-        if self.own_kernels and self.kind != "elementwise":
-            raise ValueError(f"OpSpec {self.name!r}: own_kernels is for an elementwise op (a rowwise op's math header "
-                             "writes its row loops and launchers itself)")
+        if self.own_kernels and not self.kind:
+            raise ValueError(f"OpSpec {self.name!r}: own_kernels is for an op of a kind (kind=\"elementwise\" or "
+                             "\"rowwise\"); an op without one writes all of its adapters and kernels")
         unknown = sorted(set(self.own_kernels) - {"cpu", "cuda"})
         if unknown:
             raise ValueError(f"OpSpec {self.name!r}: own_kernels={self.own_kernels!r} names {unknown}; it lists "
@@ -107,6 +108,12 @@ class OpSpec:
                              f"{self.full_inputs} but it has {len(self.inputs)} inputs")
         if self.kind:
             self._check_generated_names()
+        if self.kind == "rowwise" and set(self.own_kernels) != {"cpu", "cuda"} and (
+                self.full_inputs != 1 or len(self.outputs) != 1 or len(self.inputs) == 1):
+            raise ValueError(f"OpSpec {self.name!r}: the row loops written from a rowwise op's math take X, one or more "
+                             f"weights and give one output (it has inputs {self.inputs}, full_inputs={self.full_inputs}, "
+                             f"outputs {self.outputs}); declare own_kernels=(\"cpu\", \"cuda\") and write them in "
+                             f"kernels/{self.name}.h and kernels/{self.name}_cuda.cu")
         if not 1 <= self.full_inputs <= len(self.inputs):
             raise ValueError(f"OpSpec {self.name!r}: full_inputs={self.full_inputs} must be 1 to {len(self.inputs)}, "
                              "the count of its inputs that have X's shape")
@@ -135,7 +142,9 @@ class OpSpec:
                              "op of a kind takes float attributes)")
         grads = list(self.grad_names)
         names = [*self.torch_input_names, *(self.torch_attribute(a) for a in self.attributes)]
-        bad = [n for n in names if not n.isidentifier() or n in GENERATED_RESERVED or n.startswith("grad")]
+        # a rowwise op's generated loops name each weight's gradient d<weight>
+        bad = [n for n in names if not n.isidentifier() or n in GENERATED_RESERVED or n.startswith("grad")
+               or (n.startswith("d") and n[1:] in names)]
         if bad or len(set(names + grads)) != len(names + grads):
             raise ValueError(f"OpSpec {self.name!r}: its torch input and attribute names {names} must be distinct "
                              f"identifiers, none starting with 'grad' and none of {sorted(GENERATED_RESERVED)} "

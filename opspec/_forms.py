@@ -218,10 +218,38 @@ def check_form(name: str, decomposed: Callable, inputs: tuple, attributes: dict,
         raise FormError(f"OpSpec {name!r}: its decomposed form returns {len(results)} value(s); the op has "
                         f"{len(outputs)} output(s) {list(outputs)}, each the result of an op.<Node>(...) call, not a "
                         "number")
+    unused = _unused_attributes(decomposed, len(inputs), attributes)
+    if unused:
+        raise FormError(f"OpSpec {name!r}: its decomposed form does not use the attribute(s) {', '.join(unused)}: "
+                        "the reference would ignore them and no fuse rule could read them off a graph; use them in "
+                        "the form, or drop them from the declaration")
     reduced = [t for t in counter.nodes if t in REDUCTIONS]
     if reduced and kind != "rowwise":
         raise FormError(f"OpSpec {name!r}: its decomposed form reduces ({', '.join(reduced)}) over the last axis, "
                         "which only a rowwise op does: declare kind='rowwise'")
+
+
+class _ArgumentRecorder(NodeCounter):
+    """A NodeCounter that also keeps which values reached a node."""
+
+    def __init__(self):
+        super().__init__()
+        self.reached = set()
+
+    def node(self, op_type, args):
+        self.reached.update(id(a) for a in args)
+        return super().node(op_type, args)
+
+
+def _unused_attributes(decomposed: Callable, inputs: int, attributes: dict) -> list[str]:
+    """The attributes whose value reaches no node of the form (each passed as a value of its own)."""
+    recorder = _ArgumentRecorder()
+    markers = {name: _Counted() for name in attributes}
+    try:
+        decomposed(recorder, *(_Counted() for _ in range(inputs)), *markers.values())
+    except (TypeError, FormError):  # Python arithmetic on an attribute: it is used
+        return []
+    return [name for name, marker in markers.items() if id(marker) not in recorder.reached]
 
 
 class OnnxNodes(Emitter):

@@ -15,6 +15,8 @@ ONE_ROW_IN_FLOAT = {"axis": -1, "stash_type": 1}
 SPEC = OpSpec(
     "rms_norm", "RMSNorm", ("X", "scale"), {"epsilon": 1e-6}, torch_attributes={"epsilon": "eps"},
     kind="rowwise", torch_inputs={"scale": "weight"},
+    # rows held in registers as packs, one block per row on CUDA (kernels/rms_norm.h, rms_norm_cuda.cu)
+    own_kernels=("cpu", "cuda"),
     decomposed=decomposed,
     fused_nodes=(
         FusedNode("RMSNormalization", attributes={"epsilon": "epsilon"}, defaults=NODE_DEFAULTS,

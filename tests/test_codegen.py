@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parent.parent
 GATED = OpSpec("gated_mix", "GatedMix", ("X", "gate"), {"alpha": 0.5}, kind="elementwise", full_inputs=2,
                outputs=("Y", "Z"))
 SCALES = OpSpec("two_scales", "TwoScales", ("X", "w", "b"), {"epsilon": 0.25}, kind="rowwise",
-                torch_attributes={"epsilon": "eps"}, outputs=("Y", "S"))
+                torch_attributes={"epsilon": "eps"}, outputs=("Y", "S"), own_kernels=("cpu", "cuda"))
 
 # y = alpha x g, z = x + g;  rowwise: y = x w + b, s = eps x (per row, w and b of the last axis)
 MATH = {
@@ -148,7 +148,8 @@ DECLARATIONS = {
     "gated_mix.py": 'from . import OpSpec\nSPEC = OpSpec("gated_mix", "GatedMix", ("X", "gate"), {"alpha": 0.5}, '
                     'kind="elementwise", full_inputs=2, outputs=("Y", "Z"))\n',
     "two_scales.py": 'from . import OpSpec\nSPEC = OpSpec("two_scales", "TwoScales", ("X", "w", "b"), {"epsilon": 0.25}, '
-                     'kind="rowwise", torch_attributes={"epsilon": "eps"}, outputs=("Y", "S"))\n',
+                     'kind="rowwise", torch_attributes={"epsilon": "eps"}, outputs=("Y", "S"), '
+                     'own_kernels=("cpu", "cuda"))\n',
 }
 
 
@@ -279,12 +280,11 @@ def test_a_cuda_file_and_the_declaration_that_disagree_are_named(tmp_path):
     own_cuda = OpSpec("own_op", "OwnOp", ("X",), kind="elementwise", own_kernels=("cuda",))
     assert own_kernel_problems(tmp_path, [generated_cuda, own_cuda]) == [
         'opspec/own_op.py declares own_kernels=(..., "cuda"), but kernels/own_op_cuda.cu is missing: write its '
-        'launchers there, or drop "cuda" from own_kernels to have them written from kernels/own_op.h\'s forward '
-        "and backward."]
+        'launchers there, or drop "cuda" from own_kernels to have them written from kernels/own_op.h\'s functions.']
     (tmp_path / "gen_op_cuda.cu").write_text("// mine\n")
     (tmp_path / "own_op_cuda.cu").write_text("// mine\n")
     assert own_kernel_problems(tmp_path, [generated_cuda, own_cuda]) == [
         'kernels/gen_op_cuda.cu exists, but opspec/gen_op.py does not declare own_kernels=(..., "cuda"): its CUDA '
-        "launchers are written from kernels/gen_op.h's forward and backward. Remove the file, or declare its "
-        "launchers your own."]
+        "launchers are written from kernels/gen_op.h's functions. Remove the file, or declare its launchers your "
+        "own."]
     assert own_kernel_problems(REPO / "kernels") == []

@@ -1,5 +1,5 @@
-"""Every elementwise op through the three layers, from its declaration alone: the extension against the
-declared form's reference on every device present (tests/devices.py: the CPU in float32, CUDA in float32,
+"""Every op of a kind (elementwise or rowwise) through the three layers, from its declaration alone: the
+extension against the declared form's reference on every device present (tests/devices.py: the CPU in float32, CUDA in float32,
 float16 and bfloat16 where a GPU is), its fakes and autograd (second derivatives included), both exporters
 and lowerings run by ONNX Runtime, the fuse rule, and the plugin against the extension. An op scaffolded
 by `nox -s new_op` (its declaration and its math, nothing else) is tested here with no file of its own:
@@ -18,9 +18,11 @@ import torch
 from devices import DEVICE_DTYPES, DEVICES, assert_close, tolerance
 from ops.registry import OPS
 
-ELEMENTWISE = sorted(name for name, op in OPS.items() if op.spec.kind == "elementwise")
-SEVERAL_INPUTS = [name for name in ELEMENTWISE if len(OPS[name].spec.inputs) > 1]
-SHAPES = [(0,), (1,), (7,), (3, 5, 33), (2, 16, 768), (70000,)]  # empty, scalar-like, a tail, several chunks
+DECLARED = sorted(name for name, op in OPS.items() if op.spec.kind in ("elementwise", "rowwise"))
+SEVERAL_INPUTS = [name for name in DECLARED if OPS[name].spec.kind == "elementwise" and len(OPS[name].spec.inputs) > 1]
+ROWWISE = [name for name in DECLARED if OPS[name].spec.kind == "rowwise"]
+# empty, scalar-like, a tail, several chunks (a rowwise op: one row of each, rows of 33 and 768 columns)
+SHAPES = [(0,), (1,), (7,), (3, 5, 33), (2, 16, 768), (70000,)]
 
 
 def _input(shape, seed=0, dtype=torch.float32):
@@ -28,8 +30,28 @@ def _input(shape, seed=0, dtype=torch.float32):
 
 
 def _inputs(op, shape, seed=0, dtype=torch.float32) -> tuple:
-    """One tensor per input of the op, each from its own seed."""
-    return tuple(_input(shape, seed + 100 * k, dtype) for k in range(len(op.spec.graph_inputs)))
+    """One tensor per input of the op, each from its own seed: the full-shaped ones of `shape`, then a rowwise
+    op's weights, [shape[-1]] each and near 1 as its models' are."""
+    full = op.spec.full_inputs
+    return (tuple(_input(shape, seed + 100 * k, dtype) for k in range(full)) +
+            tuple(1.0 + 0.1 * _input(shape[-1:], seed + 100 * (full + k), dtype) for k in range(len(op.weights))))
+
+
+def _names(op) -> tuple:
+    """Every input's name, weights included, as the gradients come."""
+    return (*op.spec.graph_inputs, *op.weights)
+
+
+def _tolerance_of(op, dtype, name, rows) -> dict:
+    """A weight's gradient is a sum over the rows: its atol grows with their square root."""
+    tol = tolerance(op, dtype)
+    return dict(tol, atol=tol["atol"] * max(1, rows) ** 0.5) if name in op.weights else tol
+
+
+def _model_inputs(op, full, hidden) -> tuple:
+    """The full-shaped inputs and the weights of the op's exported model (ops.export builds it from seed 0)."""
+    model = op.build_model(op.name, hidden=hidden, seed=0)
+    return (*full, *(getattr(model, name).detach() for name in op.weights))
 
 
 def _outputs(result) -> tuple:
@@ -53,7 +75,7 @@ def _exporters() -> list[tuple[str, str]]:
     return list(itertools.product(E.available_exporters(), E.LOWERINGS))
 
 
-@pytest.fixture(params=ELEMENTWISE)
+@pytest.fixture(params=DECLARED)
 def op(request):
     return OPS[request.param]
 
@@ -75,8 +97,9 @@ def test_layer1_forward_and_backward_match_the_reference(ext, op, device, dtype,
     grads_out = [_input(shape, seed=1 + k).to(device, ys[0].dtype) for k in range(len(ys))]
     grads = torch.autograd.grad(ys, inputs, grads_out)
     expected = torch.autograd.grad(yrs, floats, [g.float() for g in grads_out])
-    for name, got, want in zip(op.spec.graph_inputs, grads, expected):
-        assert_close(got, want.to(ys[0].dtype), tol, f"backward, d{name}")
+    rows = inputs[0].numel() // max(1, shape[-1])
+    for name, got, want in zip(_names(op), grads, expected, strict=True):
+        assert_close(got, want.to(ys[0].dtype), _tolerance_of(op, dtype, name, rows), f"backward, d{name}")
 
 
 def test_an_output_the_loss_does_not_use_adds_nothing(ext, op):
@@ -87,7 +110,7 @@ def test_an_output_the_loss_does_not_use_adds_nothing(ext, op):
     floats = tuple(t.detach().requires_grad_(True) for t in inputs)
     grads = torch.autograd.grad(_outputs(op.function(*inputs))[0].sum(), inputs)
     expected = torch.autograd.grad(_outputs(op.reference(*floats))[0].sum(), floats)
-    for name, got, want in zip(op.spec.graph_inputs, grads, expected, strict=True):
+    for name, got, want in zip(_names(op), grads, expected, strict=True):
         assert_close(got, want, tolerance(op, "float32"), f"backward, d{name}")
 
 
@@ -97,8 +120,10 @@ import sys, torch, ops
 from ops.registry import OPS
 ops.load()
 op = OPS[sys.argv[2]]
-n = len(op.spec.graph_inputs)
-inputs = [torch.randn(70001, generator=torch.Generator().manual_seed(k)).mul_(6).requires_grad_(True) for k in range(n)]
+g = torch.Generator().manual_seed(0)
+inputs = [torch.randn(37, 1891, generator=g).mul_(6) for _ in range(op.spec.full_inputs)]  # several chunks
+inputs += [1 + 0.1 * torch.randn(1891, generator=g) for _ in op.weights]
+inputs = [t.requires_grad_(True) for t in inputs]
 ys = op.function(*inputs)
 ys = ys if isinstance(ys, tuple) else (ys,)
 grads = torch.autograd.grad(ys, inputs, [torch.ones_like(y) for y in ys])
@@ -129,15 +154,16 @@ def test_every_cpu_path_matches_the_reference(ext, op, path, tmp_path):
     assert len(out["ys"]) == len(yrs)
     for name, y, yr in zip(op.spec.graph_outputs, out["ys"], yrs):
         assert_close(y, yr.detach(), tolerance(op, "float32"), f"forward, {name}")
-    for got, want in zip(out["grads"], expected):
-        assert_close(got, want, tolerance(op, "float32"), "backward")
+    for name, got, want in zip(_names(op), out["grads"], expected, strict=True):
+        assert_close(got, want, _tolerance_of(op, "float32", name, 37), f"backward, d{name}")
 
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_non_contiguous_and_unaligned_inputs(ext, op, device):
-    wide = [t.to(device) for t in _inputs(op, (4, 64))]
+    wide = [t.to(device) for t in _inputs(op, (4, 64))[:op.spec.full_inputs]]
     for view in (lambda t: t[:, ::2], lambda t: t.t(), lambda t: t.flatten()[1:]):
         views = [view(t) for t in wide]
+        views += [w.to(device) for w in _inputs(op, views[0].shape)[op.spec.full_inputs:]]  # a rowwise op's weights
         for y, yr in zip(_outputs(op.function(*views)), _outputs(op.reference(*views)), strict=True):
             assert_close(y, yr, tolerance(op, "float32"))
 
@@ -167,6 +193,9 @@ def test_a_nan_gives_nan_where_the_reference_does(ext, op):
     with torch.no_grad():
         for k, (t, f) in enumerate(zip(inputs, floats)):
             for x in (t, f):
+                if x.dim() == 1:  # a rowwise op's weight: some columns
+                    x[:: 7 + k] = float("nan")
+                    continue
                 x[k % 3, :: 7 + k] = float("nan")
                 x[2, 5] = 30.0  # beyond a cap such as Mish's at 20
     ys, yrs = _outputs(op.function(*inputs)), _outputs(op.reference(*floats))
@@ -175,7 +204,7 @@ def test_a_nan_gives_nan_where_the_reference_does(ext, op):
     grads_out = [torch.ones_like(y) for y in ys]
     grads = torch.autograd.grad(ys, inputs, grads_out)
     expected = torch.autograd.grad(yrs, floats, [g.clone() for g in grads_out])
-    for name, got, want in zip(op.spec.graph_inputs, grads, expected):
+    for name, got, want in zip(_names(op), grads, expected, strict=True):
         assert torch.isnan(want).any() and torch.equal(torch.isnan(got), torch.isnan(want)), f"backward, d{name}"
 
 
@@ -189,7 +218,7 @@ def test_gradcheck_and_gradgradcheck_in_float64(ext, op):
 
 def test_other_dtypes_are_refused_with_a_message(ext, op):
     with pytest.raises(RuntimeError, match="must be float32"):
-        op.function(*(torch.ones(4, dtype=torch.int32) for _ in op.spec.graph_inputs))
+        op.function(*(t.to(torch.int32) for t in _inputs(op, (4,))))
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -203,7 +232,7 @@ def test_opcheck_fakes_and_autograd(ext, op, device):
 
 def test_torch_export_keeps_the_op(ext, op):
     model = op.build_model(op.name, hidden=16)
-    inputs = _inputs(op, (2, 3, 16))
+    inputs = _inputs(op, (2, 3, 16))[:op.spec.full_inputs]  # a rowwise op's weights are the model's
     program = torch.export.export(model, inputs)
     assert any(node.target == op.overload() for node in program.graph.nodes)
     torch.testing.assert_close(program.module()(*inputs), model(*inputs), rtol=0, atol=0)
@@ -217,7 +246,7 @@ def test_exported_model_runs_in_onnx_runtime(ext, op, plugin_path, tmp_path, exp
     from ort_plugin.loader import make_session
 
     result = E.export(op.name, exporter=exporter, lowering=lowering, opset=18, path=tmp_path / "m.onnx")
-    inputs = _inputs(op, (3, 7, 768), seed=2)  # other batch and sequence than the export's: dynamic axes
+    inputs = _model_inputs(op, _inputs(op, (3, 7, 768), seed=2)[:op.spec.full_inputs], 768)  # dynamic axes
     session = make_session(result.path, library=plugin_path)
     assert [o.name for o in session.get_outputs()] == list(op.spec.graph_outputs)
     ys = session.run(None, _feed(op, inputs))
@@ -268,7 +297,7 @@ def test_plugin_equals_the_extension_bit_for_bit(ext, op, plugin_path, tmp_path)
 
     path = E.export(op.name, exporter=E.available_exporters()[0], lowering="custom", opset=18,
                     path=tmp_path / "c.onnx").path
-    inputs = _inputs(op, (8, 512, 768), seed=3)
+    inputs = _model_inputs(op, _inputs(op, (8, 512, 768), seed=3)[:op.spec.full_inputs], 768)
     ys = make_session(path, library=plugin_path, threads=2).run(None, _feed(op, inputs))
     for name, y, ye in zip(op.spec.graph_outputs, ys, _outputs(op.function(*inputs)), strict=True):
         np.testing.assert_array_equal(y, ye.numpy(), err_msg=name)
@@ -342,3 +371,28 @@ def test_the_generated_cpu_loop_vectorises_and_computes_each_exp_once(tmp_path):
                              capture_output=True, text=True, check=True, timeout=60).stdout
     clone = listing.split("loop_avx512<", 1)[1].split("\n\n", 1)[0]
     assert sum("fmadd" in line and "zmm" in line for line in clone.splitlines()) == 5, clone[-4000:]
+
+
+@pytest.mark.parametrize("name", ROWWISE)
+def test_a_weight_of_another_length_is_refused_with_a_message(ext, plugin_path, tmp_path, name):
+    """A rowwise op's weights are [x.shape[-1]], in the extension and in the plugin."""
+    from ort_plugin.loader import make_session
+
+    op = OPS[name]
+    inputs = list(_inputs(op, (2, 3, 768)))
+    short = inputs[:-1] + [inputs[-1][:5]]
+    with pytest.raises(RuntimeError, match=rf"{op.weights[-1]} must have shape \[x.shape\[-1\]\] = \[768\]"):
+        op.function(*short)
+    # the node alone, its weights graph inputs of a symbolic length: what the plugin itself checks
+    from onnx import TensorProto, helper
+
+    names = ["x", *op.weights]
+    graph = helper.make_graph(
+        [helper.make_node(op.spec.onnx_type, names, ["y"], domain="myops")], name,
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["n", "c"] if n == "x" else ["c"]) for n in names],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("myops", 1)])
+    model.ir_version = 8
+    feed = {n: t.reshape(-1, 768).numpy() if n == "x" else t.numpy() for n, t in zip(names, short)}
+    with pytest.raises(Exception, match=r"must have shape \[X.shape\[-1\]\]"):
+        make_session(model.SerializeToString(), library=plugin_path).run(None, feed)

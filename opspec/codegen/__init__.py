@@ -71,9 +71,10 @@ def _pointers(prefix: str, start: int, count: int) -> list[str]:
 # ---------------------------------------------------------------- an op's one-element functions
 
 def generated(spec: OpSpec, device: str) -> bool:
-    """Whether the op's loops (device "cpu") or launchers ("cuda") are written here from its math header's
-    one-element forward and backward, rather than by the header itself (opspec: own_kernels)."""
-    return spec.kind == "elementwise" and device not in spec.own_kernels
+    """Whether the op's loops (device "cpu") or launchers ("cuda") are written here around its math
+    header's functions (an elementwise op's one-element forward and backward, a rowwise op's per-element
+    functions), rather than by the header itself (opspec: own_kernels)."""
+    return spec.kind in ("elementwise", "rowwise") and device not in spec.own_kernels
 
 
 def _functor_namespace(spec: OpSpec) -> str:
@@ -135,6 +136,11 @@ def _launcher_signatures(spec: OpSpec) -> tuple[str, str]:
 
 
 def launcher_declarations(spec: OpSpec) -> str:
+    if spec.kind == "rowwise":
+        forward, workspace, backward = _row_launcher_signatures(spec)
+        return (f"// the launchers opspec/codegen writes for kernels/{spec.name}.h (declared-{spec.name}_launch.cu)\n"
+                f'#include "cuda_dtype.h"\nnamespace {spec.name} {{\nnamespace cuda {{\n{forward};\n{workspace};\n'
+                f"{backward};\n}}  // namespace cuda\n}}  // namespace {spec.name}\n")
     forward, backward = _launcher_signatures(spec)
     return (f"// the launchers opspec/codegen writes for kernels/{spec.name}.h (declared-{spec.name}_launch.cu)\n"
             f"namespace {spec.name} {{\nnamespace cuda {{\n{forward};\n{backward};\n}}  // namespace cuda\n"
@@ -145,6 +151,11 @@ def launchers(spec: OpSpec, header: bool = True) -> str:
     """The CUDA launchers of an op whose math is one element's functions: myops_cuda::dispatch_many over
     the functors, in float32 whatever the storage type. header: the generated file's first line (left out
     where they go into another generated file)."""
+    if spec.kind == "rowwise":
+        return ((HEADER.format(name=spec.name) if header else "") +
+                f"// myops::{spec.onnx_type}'s CUDA launchers: the per-element functions of kernels/{spec.name}.h in\n"
+                "// one block per row (kernels/rowwise_cuda.cuh) over float, half and bfloat16 storage, summed in float32.\n"
+                + _row_launchers(spec))
     inputs, outputs = len(spec.inputs), len(spec.outputs)
     forward, backward = _launcher_signatures(spec)
     values = _attribute_members(spec)
@@ -165,23 +176,129 @@ def launchers(spec: OpSpec, header: bool = True) -> str:
             f"}}  // namespace cuda\n}}  // namespace {spec.name}\n")
 
 
+# ---------------------------------------------------------------- a rowwise op's per-element functions
+
+_O3 = ("#if defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__)\n"
+       "#pragma GCC push_options\n#pragma GCC optimize(\"O3\", \"no-trapping-math\", \"no-thread-jumps\")\n#endif\n")
+_O3_END = "#if defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__)\n#pragma GCC pop_options\n#endif\n"
+
+
+def _weights(spec: OpSpec) -> list[str]:
+    """A rowwise op's weights by their torch names: the fields of its Channel<T>."""
+    return list(spec.torch_input_names[spec.full_inputs:])
+
+
+def row_types(spec: OpSpec) -> str:
+    """What kernels/<op>.h's functions take, from the declaration: Attributes (one float per attribute,
+    by its torch name) and Channel<T> (one column of the weights, a field per weight)."""
+    weights = _weights(spec)
+    attributes = "".join(f" float {spec.torch_attribute(name)};" for name in spec.attributes)
+    return (f"namespace {spec.name} {{\n"
+            f"// opspec/{spec.name}.py's attributes, and one column of its weights\n"
+            f"struct Attributes {{{attributes} }};\n"
+            f"template <typename T>\nstruct Channel {{{''.join(f' T {w};' for w in weights)} }};\n"
+            f"}}  // namespace {spec.name}\n")
+
+
+def row_math(spec: OpSpec) -> str:
+    """The op's math header with its types before it, compiled as the row loops need it, and the struct
+    kernels/rowwise_cpu.h and rowwise_cuda.cuh read the op through (Declared)."""
+    name, weights = spec.name, _weights(spec)
+    k = len(weights)
+    loads = ", ".join(f"static_cast<T>(cast(w[{i}][j]))" for i in range(k))
+    adds = " ".join(f"dw[{i}][j] += d.{weight};" for i, weight in enumerate(weights))
+    values = " ".join(f"out[{i}] = c.{weight};" for i, weight in enumerate(weights))
+    return (_O3 + '#include "op_math.h"\n' + row_types(spec) + f'#include "{name}.h"\n' + _O3_END + "\n"
+            f"namespace {name} {{\n\n"
+            f"// What the generic row loops need of kernels/{name}.h (they find its functions by their argument types).\n"
+            "struct Declared {\n"
+            f"  static constexpr int kWeights = {k};\n"
+            f"  static constexpr bool kNormalize = {name}::kNormalize;\n"
+            f"  using Attributes = {name}::Attributes;\n"
+            + "".join(f"  template <typename T>\n  using {t} = {name}::{t}<T>;\n"
+                      for t in ("Channel", "Sums", "GradSums", "Row")) +
+            "  // column j of the weights w[k], each value through cast (storage to float on CUDA)\n"
+            "  template <typename T, typename W, typename Cast>\n"
+            f"  static MYOPS_HD Channel<T> load(const W& w, int64_t j, Cast cast) {{ return {{{loads}}}; }}\n"
+            "  template <typename W, typename T>\n"
+            f"  static MYOPS_HD void add(const W& dw, int64_t j, const Channel<T>& d) {{ {adds} }}\n"
+            "  template <typename T>\n"
+            f"  static MYOPS_HD void values(const Channel<T>& c, T* out) {{ {values} }}\n"
+            "};\n\n"
+            f"}}  // namespace {name}\n")
+
+
+def _row_params(spec: OpSpec, pointer: str, const_pointer: str, backward: bool, extent: str) -> list[str]:
+    weights = _weights(spec)
+    params = [f"{const_pointer} grad"] if backward else []
+    params += [f"{const_pointer} x", *(f"{const_pointer} {w}" for w in weights)]
+    params += ([f"{pointer} dx", *(f"{pointer} d{w}" for w in weights)] if backward else [f"{pointer} y"])
+    return params + [extent] + [f"float {spec.torch_attribute(a)}" for a in spec.attributes]
+
+
+def _attributes_value(spec: OpSpec) -> str:
+    return f"Attributes{{{', '.join(spec.torch_attribute(a) for a in spec.attributes)}}}"
+
+
+def row_loops(spec: OpSpec) -> str:
+    """The rowwise op's CPU entry points (forward_rows, backward_rows, as an own header would write them)
+    over kernels/rowwise_cpu.h."""
+    name, weights = spec.name, _weights(spec)
+    k = len(weights)
+    rows = "int64_t rows, int64_t cols"
+    forward = _row_params(spec, "T*", "const T*", False, rows)
+    backward = _row_params(spec, "T*", "const T*", True, rows)
+    w = f"rowwise_cpu::Weights<const T, {k}>{{{{{', '.join(weights)}}}}}"
+    dw = f"rowwise_cpu::Weights<T, {k}>{{{{{', '.join(f'd{x}' for x in weights)}}}}}"
+    return (f"{row_math(spec)}\n#include \"rowwise_cpu.h\"\n\nnamespace {name} {{\n\n"
+            "// y[rows, cols]; float32 on the vector paths, float64 (gradcheck) in plain loops\n"
+            f"template <typename T>\ninline void forward_rows({', '.join(forward)}) {{\n"
+            f"  rowwise_cpu::forward_rows<Declared>(x, {w}, y, rows, cols, {_attributes_value(spec)});\n}}\n\n"
+            "// dx, and each weight's gradient added (+=) into d<weight>\n"
+            f"template <typename T>\ninline void backward_rows({', '.join(backward)}) {{\n"
+            f"  rowwise_cpu::backward_rows<Declared>(grad, x, {w}, dx, {dw}, rows, cols, {_attributes_value(spec)});\n"
+            f"}}\n\n}}  // namespace {name}\n")
+
+
+def _row_launcher_signatures(spec: OpSpec) -> tuple[str, str, str]:
+    tail = ["myops_cuda::DType dtype", "cudaStream_t stream"]
+    forward = _row_params(spec, "void*", "const void*", False, "int64_t rows, int64_t cols") + tail
+    backward = _row_params(spec, "void*", "const void*", True, "float* workspace, int64_t rows, int64_t cols") + tail
+    return (f"cudaError_t forward({', '.join(forward)})", "int64_t backward_workspace_floats(int64_t rows, int64_t cols)",
+            f"cudaError_t backward({', '.join(backward)})")
+
+
+def _row_launchers(spec: OpSpec) -> str:
+    name, weights = spec.name, _weights(spec)
+    forward, workspace, backward = _row_launcher_signatures(spec)
+    at = _attributes_value(spec)
+    return ('#include "cuda_dtype.h"\n#include "rowwise_cuda.cuh"\n' + row_math(spec) + "\n"
+            f"namespace {name} {{\nnamespace cuda {{\n\n"
+            f"{forward} {{\n  const void* const weights_[{len(weights)}] = {_list(weights)};\n"
+            f"  return rowwise_cuda::forward_rows<Declared>(x, weights_, y, rows, cols, {at}, dtype, stream);\n}}\n\n"
+            f"{workspace} {{\n  return rowwise_cuda::backward_workspace_floats<Declared>(rows, cols);\n}}\n\n"
+            f"{backward} {{\n  const void* const weights_[{len(weights)}] = {_list(weights)};\n"
+            f"  void* const weight_grads_[{len(weights)}] = {_list(f'd{x}' for x in weights)};\n"
+            f"  return rowwise_cuda::backward_rows<Declared>(grad, x, weights_, dx, weight_grads_, workspace, rows, cols, "
+            f"{at}, dtype, stream);\n}}\n\n"
+            f"}}  // namespace cuda\n}}  // namespace {name}\n")
+
+
 def own_kernel_problems(kernels: Path, ops: list[OpSpec] | None = None) -> list[str]:
     """Where the math headers in `kernels` and the declarations disagree on who writes an elementwise op's
     CUDA launchers: a kernels/<op>_cuda.cu beside generated launchers would define them twice, and an op
     declaring its own without the file cannot build. One message per op, saying what to do."""
     problems = []
     for spec in plugin_ops() if ops is None else ops:
-        if spec.kind != "elementwise":
-            continue
         own = (kernels / f"{spec.name}_cuda.cu").is_file()
         if own and generated(spec, "cuda"):
             problems.append(f"kernels/{spec.name}_cuda.cu exists, but opspec/{spec.name}.py does not declare "
                             f"own_kernels=(..., \"cuda\"): its CUDA launchers are written from kernels/{spec.name}.h's "
-                            "forward and backward. Remove the file, or declare its launchers your own.")
+                            "functions. Remove the file, or declare its launchers your own.")
         elif not own and not generated(spec, "cuda"):
             problems.append(f"opspec/{spec.name}.py declares own_kernels=(..., \"cuda\"), but kernels/{spec.name}_cuda.cu "
                             "is missing: write its launchers there, or drop \"cuda\" from own_kernels to have them "
-                            f"written from kernels/{spec.name}.h's forward and backward.")
+                            f"written from kernels/{spec.name}.h's functions.")
     return problems
 
 
@@ -202,7 +319,7 @@ class _Op:
         values = [f"a[{k}]" for k in range(len(self.attributes))]
         attrs = _list(self.attributes)
         n_in, n_out, n_a = len(self.inputs), self.outputs, len(self.attributes)
-        if generated(spec, "cpu"):
+        if generated(spec, "cpu") and spec.kind == "elementwise":
             params = f"const auto& in, const auto& out, int64_t n, const auto&{' a' if n_a else ''}"
             value_type = "std::decay_t<decltype(a[0])>"
 
@@ -239,8 +356,9 @@ class _Op:
                 '#include <torch/library.h>\n\n'
                 '#include <tuple>\n\n'
                 '#include "adapters.h"\n' +
-                (f'#include <type_traits>\n\n#include "elementwise_cpu.h"\n{functors(spec)}\n' if generated(spec, "cpu")
-                 else f'#include "{name}.h"\n\n') +
+                (f'#include <type_traits>\n\n#include "elementwise_cpu.h"\n{functors(spec)}\n'
+                 if generated(spec, "cpu") and spec.kind == "elementwise"
+                 else f"{row_loops(spec)}\n" if generated(spec, "cpu") else f'#include "{name}.h"\n\n') +
                 'namespace myops {\nnamespace {\n\n'
                 f"{_signature(f'{name}_cpu', self.inputs, self.attributes, n_out)} {{\n"
                 f"  const auto result = {forward_call};\n  {_result(n_out)}\n}}\n\n"
@@ -359,7 +477,7 @@ def _plugin_source(spec: OpSpec, provider: str) -> str:
     extent = ["n"] if spec.kind == "elementwise" else ["rows", "cols"]
     extent_params = ", ".join(f"int64_t {name}" for name in extent)
     a = "const A& a" if attributes else "const A&"  # unnamed where unused: -Wextra
-    if provider == "cpu" and generated(spec, "cpu"):
+    if provider == "cpu" and generated(spec, "cpu") and spec.kind == "elementwise":
         member = (f"  // kernels/{spec.name}.h's forward, one element, in the loops of elementwise_cpu.h\n  struct Forward {{\n"
                   f"    template <class In, class Out, class A>\n"
                   f"    void operator()(const In& in, const Out& out, {extent_params}, {a}) const {{\n"
@@ -372,7 +490,7 @@ def _plugin_source(spec: OpSpec, provider: str) -> str:
                   f"    template <class In, class Out, class A>\n"
                   f"    void operator()(const In& in, const Out& out, {extent_params}, {a}) const {{\n"
                   f"      {call}({', '.join(pointers + extent + values)});\n    }}\n  }};\n")
-        include = f'#include "{spec.name}.h"'
+        include = row_loops(spec) if generated(spec, "cpu") else f'#include "{spec.name}.h"'
     else:
         member = (f"  // the launcher of its math (kernels/{spec.name}*)\n  struct Launch {{\n"
                   f"    template <class In, class Out, class A>\n"
