@@ -40,11 +40,8 @@ class ExampleError(RuntimeError):
 
 
 def example_tests(name: str) -> list[str]:
-    """pytest's arguments for an example's tests: an elementwise op's are every declared op's, run for it
-    (tests/test_declared_ops.py), a row-wise op's its own generated module."""
-    if EXAMPLES[name].get("kind", "elementwise") == "elementwise":
-        return ["tests/test_declared_ops.py", "-k", name]
-    return [f"tests/test_{name}.py"]
+    """pytest's arguments for an example's tests: every declared op's (tests/test_declared_ops.py), run for it."""
+    return ["tests/test_declared_ops.py", "-k", name]
 
 
 def compiler_cache_env(copy: Path) -> dict[str, str]:

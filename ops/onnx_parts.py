@@ -77,6 +77,8 @@ class _TorchSource(forms.Emitter):
             code = f"{text[0]} {_TORCH_OPERATORS[op_type]} {text[1]}"
         elif op_type in _TORCH_REDUCTIONS:
             code = f"{text[0]}.{_TORCH_REDUCTIONS[op_type]}(-1, keepdim=True)"
+        elif op_type == "Softmax":
+            code = f"torch.softmax({text[0]}, -1)"
         elif any(scalar):  # Max, Min of a tensor and a number: a clamp's bound
             tensor, bound = (text[1], text[0]) if scalar[0] else (text[0], text[1])
             code = f"torch.clamp({tensor}, {'min' if op_type == 'Max' else 'max'}={bound})"
@@ -100,7 +102,7 @@ def torch_reference(spec: OpSpec):
     result = spec.decomposed(emitter, *(f"{n}_wide" for n in inputs), *attributes)
     results = result if isinstance(result, tuple) else (result,)
     parameters = ", ".join(inputs + [f"{a}={spec.attributes[o]!r}" for a, o in zip(attributes, spec.attributes)])
-    sums = any(node in forms.REDUCTIONS for node in _counted(spec, None))
+    sums = any(node in forms.OVER_THE_ROW for node in _counted(spec, None))
     source = "\n".join([
         f"def reference({parameters}):",
         *(["    wide = torch.promote_types(x.dtype, torch.float32)"] if sums else []),
@@ -136,6 +138,8 @@ class _TorchScriptEmitter(forms.Emitter):
             if self.g.opset >= AXES_INPUT_SINCE[op_type]:
                 return self.g.op(op_type, values[0], self._constant([-1], torch.int64), keepdims_i=1)
             return self.g.op(op_type, values[0], axes_i=[-1], keepdims_i=1)
+        if op_type in forms.ROW_OPS:
+            return self.g.op(op_type, values[0], axis_i=-1)
         return self.g.op(op_type, *values)
 
 
@@ -151,6 +155,8 @@ class _OnnxscriptEmitter(forms.Emitter):
         values = [self.op.Constant(value_float=float(a)) if forms.is_number(a) else a for a in args]
         if op_type in forms.REDUCTIONS:
             return getattr(self.op, op_type)(values[0], self.op.Constant(value_ints=[-1]), keepdims=1)
+        if op_type in forms.ROW_OPS:
+            return getattr(self.op, op_type)(values[0], axis=-1)
         return getattr(self.op, op_type)(*values)
 
 
@@ -555,7 +561,7 @@ class _PatternEmitter(forms.Emitter):
 
         op = self.op
         expressions = [self._expression(a) for a in args]
-        if all(e is not None for e in expressions) and op_type not in forms.REDUCTIONS:
+        if all(e is not None for e in expressions) and op_type not in forms.OVER_THE_ROW:
             name = f"form_derived{len(self.derived)}"
             self.derived[name] = (op_type, expressions)
             var = pattern.Var(name)
@@ -567,7 +573,7 @@ class _PatternEmitter(forms.Emitter):
         values = [self._value(a) for a in args]
         if op_type == "Div":
             return self._either(op.Div(*values), op.Mul(values[0], op.Reciprocal(values[1])))
-        if op_type in forms.REDUCTIONS:
+        if op_type in forms.OVER_THE_ROW:
             name = f"form_reduced{len(self.reductions)}"
             self.reductions.append(name)
             return getattr(op, op_type)(values[0], _allow_other_inputs=True, _allow_other_attributes=True,
@@ -658,7 +664,14 @@ def _last_axis(axes, rank) -> bool:
 
 
 def _axes(node) -> list | None:
-    """A reduction's axes: its second input (a constant) from opset 18 (13 for ReduceSum), else its attribute."""
+    """A reduction's axes: its second input (a constant) from opset 18 (13 for ReduceSum), else its attribute.
+    Softmax's: its axis, which is -1 where absent from opset 13 (before, 1 over a flattened input)."""
+    if node.op_type in forms.ROW_OPS:
+        if "axis" in node.attributes:
+            return [node.attributes["axis"].as_int()]
+        imports = node.graph.opset_imports if node.graph is not None else {}
+        opset = imports.get("", imports.get("ai.onnx"))
+        return [-1] if opset is not None and opset >= 13 else None
     axes_input = node.inputs[1] if len(node.inputs) > 1 else None
     if axes_input is not None:
         return axes_input.const_value.numpy().tolist() if axes_input.const_value is not None else None

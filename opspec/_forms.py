@@ -59,7 +59,10 @@ BINARY = {name: _ieee(f) for name, f in {
     "Pow": lambda a, b: a ** b, "Max": max, "Min": min,
 }.items()}
 REDUCTIONS = ("ReduceMean", "ReduceSum", "ReduceMax")
-VOCABULARY = (*UNARY, *BINARY, *REDUCTIONS)
+# Ops over the whole row that keep its shape (Softmax over the last axis, as torch exports softmax(z, -1)).
+ROW_OPS = ("Softmax",)
+OVER_THE_ROW = (*REDUCTIONS, *ROW_OPS)
+VOCABULARY = (*UNARY, *BINARY, *OVER_THE_ROW)
 # (op, which operand, value): that operand at that value makes the node its other operand
 IDENTITIES = {("Mul", 0, 1.0), ("Mul", 1, 1.0), ("Div", 1, 1.0), ("Add", 0, 0.0), ("Add", 1, 0.0), ("Sub", 1, 0.0),
               ("Pow", 1, 1.0)}
@@ -89,12 +92,12 @@ class Emitter:
         if op_type not in VOCABULARY:
             raise FormError(f"op.{op_type}: a decomposed form may use {', '.join(VOCABULARY)} (one meaning in every "
                             "world: the torch reference, both exporters and the fuse rules)")
-        arity = 1 if op_type in UNARY or op_type in REDUCTIONS else 2
+        arity = 1 if op_type in UNARY or op_type in OVER_THE_ROW else 2
 
         def call(*args):
             if len(args) != arity:
                 raise FormError(f"op.{op_type} takes {arity} argument{'s' * (arity > 1)}, got {len(args)}")
-            if all(is_number(a) for a in args) and op_type not in REDUCTIONS:
+            if all(is_number(a) for a in args) and op_type not in OVER_THE_ROW:
                 return float((UNARY.get(op_type) or BINARY[op_type])(*args))
             for operand, value in enumerate(args):
                 if is_number(value) and (op_type, operand, float(value)) in IDENTITIES:
@@ -223,9 +226,9 @@ def check_form(name: str, decomposed: Callable, inputs: tuple, attributes: dict,
         raise FormError(f"OpSpec {name!r}: its decomposed form does not use the attribute(s) {', '.join(unused)}: "
                         "the reference would ignore them and no fuse rule could read them off a graph; use them in "
                         "the form, or drop them from the declaration")
-    reduced = [t for t in counter.nodes if t in REDUCTIONS]
+    reduced = [t for t in counter.nodes if t in OVER_THE_ROW]
     if reduced and kind != "rowwise":
-        raise FormError(f"OpSpec {name!r}: its decomposed form reduces ({', '.join(reduced)}) over the last axis, "
+        raise FormError(f"OpSpec {name!r}: its decomposed form works over the last axis ({', '.join(reduced)}), "
                         "which only a rowwise op does: declare kind='rowwise'")
 
 
@@ -277,6 +280,8 @@ class OnnxNodes(Emitter):
         if op_type in REDUCTIONS:
             self.nodes.append(helper.make_node(op_type, [names[0], self._constant([-1], integer=True)], [output],
                                                keepdims=1))
+        elif op_type in ROW_OPS:
+            self.nodes.append(helper.make_node(op_type, names, [output], axis=-1))
         else:
             self.nodes.append(helper.make_node(op_type, names, [output]))
         return output

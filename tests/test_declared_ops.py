@@ -205,7 +205,9 @@ def test_a_nan_gives_nan_where_the_reference_does(ext, op):
     grads = torch.autograd.grad(ys, inputs, grads_out)
     expected = torch.autograd.grad(yrs, floats, [g.clone() for g in grads_out])
     for name, got, want in zip(_names(op), grads, expected, strict=True):
-        assert torch.isnan(want).any() and torch.equal(torch.isnan(got), torch.isnan(want)), f"backward, d{name}"
+        # (a weight's gradient may have none: LayerNorm's bias gradient is the sum of the output's gradient)
+        assert name in op.weights or torch.isnan(want).any(), f"backward, d{name}: the check saw no NaN"
+        assert torch.equal(torch.isnan(got), torch.isnan(want)), f"backward, d{name}"
 
 
 def test_gradcheck_and_gradgradcheck_in_float64(ext, op):
@@ -286,7 +288,9 @@ def test_fuse_turns_the_decomposed_export_into_the_op(ext, op, plugin_path, tmp_
 
     source = E.export(op.name, exporter="dynamo", lowering="decomposed", opset=18, path=tmp_path / "d.onnx").path
     result = fuse(source, tmp_path / "fused.onnx", plugin=str(plugin_path), ops=[op.name], log=lambda line: None)
-    assert [node.op_type for node in onnx.load(str(result.path)).graph.node] == [op.spec.onnx_type]
+    nodes = onnx.load(str(result.path)).graph.node
+    assert [node.op_type for node in nodes] == [op.spec.onnx_type]
+    assert {a.name: a.f for a in nodes[0].attribute} == pytest.approx(op.attributes())  # read off the file
 
 
 def test_plugin_equals_the_extension_bit_for_bit(ext, op, plugin_path, tmp_path):
