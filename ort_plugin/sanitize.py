@@ -7,12 +7,12 @@ What it does:
   1. builds the sanitized CPU plugin (ort_plugin.build with sanitize=True, under build/ort_plugin/sanitize/);
   2. starts a child Python with gcc's libasan (and libubsan) in LD_PRELOAD: the sanitizer runtime must be
      in the process before anything else, and python itself is not built with it;
-  3. the child drives the plugin through onnxruntime: many shapes (empty, scalar, odd, beyond one
-     ParallelFor chunk), 1 to 4 intra-op threads, several betas, inf/nan, concurrent runs, session
-     create/destroy cycles, and the error paths (beta of the wrong type, a double input), checking
-     every output against numpy; then myops::RMSNorm: widths around the vector and lane sizes, rows
-     beyond one task, several epsilons, concurrent runs, and its errors (a scale of the wrong length,
-     epsilon of the wrong type);
+  3. the child drives every op of the plugin's generic kernels (the catalogue's ops of a kind, a user's
+     included) through onnxruntime: many shapes (empty, scalar, odd, beyond one ParallelFor chunk; a
+     row-wise op's widths around the vector and lane sizes), 1 to 4 intra-op threads, its attributes at
+     several values, inf/nan, concurrent runs, session create/destroy cycles, and the error paths (an
+     attribute of the wrong type, a double input, a weight of the wrong length), checking every output
+     against its declared decomposed form run by ORT's own kernels;
   4. prints "sanitizers clean" and exits 0, or exits 1 with the sanitizer's report.
 
 Any ASan or UBSan report ends the child at once with a non-zero status (halt_on_error, and the build's
@@ -155,20 +155,25 @@ def main(argv: list[str] | None = None) -> int:
 
 # ---------------------------------------------------------------- child: the workload (runs under ASan)
 
-BETAS = (None, 1.0, 1.702, 0.5, -0.3, 0.0)
 THREADS = (1, 2, 4)
-CHUNK = 32768  # the CPU kernel's ParallelFor chunk (src/cpu/spans.h)
+CHUNK = 32768  # the elementwise CPU kernels' ParallelFor chunk (src/cpu/spans.h)
+# An elementwise op's inputs: empty, scalar, odd, around and beyond one chunk.
 SHAPES = (
     (), (0,), (1,), (7,), (1, 1, 1), (3, 0, 5), (17, 31), (2, 3, 5, 7),
     (CHUNK - 1,), (CHUNK,), (CHUNK + 1,), (3, CHUNK + 5), (2, 2 * CHUNK + 1), (4, 129, 1001),
 )
+# A row-wise op's (a row is the last axis): widths around the vector and lane sizes, rows beyond one task.
+ROW_SHAPES = ((1,), (5,), (16,), (63,), (64,), (65,), (3, 1001), (2, 0, 8), (0, 4), (2, 3, 0), (40, 1, 768),
+              (9, 4096), (2, 3, 5, 7))
 SPECIALS = (float("inf"), float("-inf"), float("nan"), 1e4, -1e4, 88.5, -88.5, 1e-40, -0.0)
+# Every attribute of an op at once: absent from the node (its declared defaults), then at each value.
+ATTRIBUTE_VALUES = (None, 1.0, 0.5, -0.3, 0.0)
 
 
 def _child(argv: list[str]) -> int:
-    import gc
-
     import numpy as np
+
+    from opspec import OPS
 
     if len(argv) != 1:
         print("usage: python -m ort_plugin.sanitize --child LIBRARY", file=sys.stderr)
@@ -176,171 +181,79 @@ def _child(argv: list[str]) -> int:
     library = Path(argv[0])
     rng = np.random.default_rng(2024)
     counts = {"runs": 0, "sessions": 0, "errors_checked": 0}
-
-    sessions = {}
-    for beta in BETAS:
-        for threads in THREADS:
-            for rank in sorted({len(shape) for shape in SHAPES}):
-                sessions[beta, threads, rank] = _session(_model(beta, rank), library, threads)
-                counts["sessions"] += 1
-    for (beta, threads, rank), session in sessions.items():
-        for shape in SHAPES:
-            if len(shape) == rank:
-                _check(session, _input(rng, shape), beta)
-                counts["runs"] += 1
-    del sessions
-    gc.collect()
-
-    # One larger tensor on 4 threads: many chunks in flight at once.
-    big = _session(_model(1.702, 3), library, 4)
-    _check(big, _input(rng, (8, 512, 768)), 1.702)
-    counts["runs"] += 1
-    counts["sessions"] += 1
-
-    # The same session from several Python threads at once (Run releases the GIL).
-    from concurrent.futures import ThreadPoolExecutor
-
-    inputs = [_input(rng, shape) for shape in [(3, 1, CHUNK + 7), (1, 1, 5), (2, 3, 2 * CHUNK), (0, 1, 1)] * 4]
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        for future in [pool.submit(_check, big, x, 1.702) for x in inputs]:
-            future.result()
-            counts["runs"] += 1
-    del big
-    gc.collect()
-
-    # Options, registration, session, run, teardown, over and over.
-    for cycle in range(12):
-        session = _session(_model(0.5 + cycle, 2), library, 1 + cycle % 3)
-        _check(session, _input(rng, (5, CHUNK + cycle)), 0.5 + cycle)
-        del session
-        gc.collect()
-        counts["runs"] += 1
-        counts["sessions"] += 1
-
-    counts["errors_checked"] = _error_paths(library, rng)
-    runs, made, errors = _rms_norm(library, rng)
-    counts["runs"] += runs
-    counts["sessions"] += made
-    counts["errors_checked"] += errors
+    for spec in (spec for _, spec in sorted(OPS.items()) if spec.kind):  # each op the plugin's generic kernels run
+        for key, value in _op_workload(spec, library, rng).items():
+            counts[key] += value
     print(f"{DONE_MARK} {counts['runs']} runs on {counts['sessions']} sessions, "
           f"{counts['errors_checked']} error paths", flush=True)
     return 0
 
 
-RMS_NORM_SHAPES = ((1,), (5,), (16,), (63,), (64,), (65,), (3, 1001), (2, 0, 8), (0, 4), (2, 3, 0), (40, 1, 768),
-                   (9, 4096), (2, 3, 5, 7))
-EPSILONS = (None, 1e-6, 1e-5, 0.5)
+def _names(spec) -> tuple[list[str], list[str], list[str]]:
+    """The node's full-shaped inputs, weights and outputs as graph names (x and y first)."""
+    return list(spec.graph_inputs), list(spec.inputs[spec.full_inputs:]), list(spec.graph_outputs)
 
 
-def _rms_norm_model(epsilon, rank: int, *, epsilon_attribute=None, scale_dim: str | None = None) -> bytes:
-    """x -> myops::RMSNorm(x, scale) -> y, symbolic dims; scale's length named apart with scale_dim."""
-    from onnx import TensorProto, helper
-
-    node = helper.make_node("RMSNorm", ["x", "scale"], ["y"], domain="myops",
-                            **({} if epsilon is None else {"epsilon": epsilon}))
-    if epsilon_attribute is not None:
-        node.attribute.append(epsilon_attribute)
-    dims = [f"d{i}" for i in range(rank)]
-    graph = helper.make_graph([node], "rms_norm", [helper.make_tensor_value_info("x", TensorProto.FLOAT, dims),
-                                                   helper.make_tensor_value_info("scale", TensorProto.FLOAT,
-                                                                                 [scale_dim or dims[-1]])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, dims)])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("myops", 1)])
-    model.ir_version = 9
-    return model.SerializeToString()
-
-
-def _check_rms_norm(session, x, scale, epsilon) -> None:
-    import numpy as np
-
-    (y,) = session.run(None, {"x": x, "scale": scale})
-    eps = 1e-6 if epsilon is None else epsilon
-    x64 = x.astype(np.float64)
-    with np.errstate(over="ignore", invalid="ignore"):
-        mean = (x64 * x64).mean(axis=-1, keepdims=True) if x.shape[-1] else np.zeros(x.shape[:-1] + (1,))
-        expected = (x64 / np.sqrt(mean + eps) * scale.astype(np.float64)).astype(np.float32)
-    if y.shape != x.shape or y.dtype != np.float32:
-        raise AssertionError(f"RMSNorm shape {x.shape}, epsilon {epsilon}: got {y.dtype}{list(y.shape)}")
-    np.testing.assert_allclose(y, expected, rtol=1e-5, atol=2e-6, equal_nan=True,
-                               err_msg=f"RMSNorm shape {x.shape}, epsilon {epsilon}")
-
-
-def _rms_norm(library: Path, rng) -> tuple[int, int, int]:
-    """myops::RMSNorm under the sanitizers: (runs, sessions, error paths checked)."""
-    import gc
-    from concurrent.futures import ThreadPoolExecutor
-
-    import numpy as np
-    from onnx import helper
-
-    runs = made = 0
-    for epsilon in EPSILONS:
-        for threads in THREADS:
-            for rank in sorted({len(shape) for shape in RMS_NORM_SHAPES}):
-                session = _session(_rms_norm_model(epsilon, rank), library, threads)
-                made += 1
-                for shape in (s for s in RMS_NORM_SHAPES if len(s) == rank):
-                    x = np.array(rng.normal(scale=4.0, size=shape).astype(np.float32), copy=True)
-                    scale = np.array(rng.normal(1.0, 0.2, size=shape[-1]).astype(np.float32), copy=True)
-                    _check_rms_norm(session, x, scale, epsilon)
-                    runs += 1
-                del session
-    gc.collect()
-    big = _session(_rms_norm_model(1e-5, 3), library, 4)
-    made += 1
-    scale = np.array(rng.normal(1.0, 0.2, size=768).astype(np.float32), copy=True)
-    inputs = [np.array(rng.normal(size=shape).astype(np.float32), copy=True)
-              for shape in [(8, 512, 768), (1, 1, 768), (3, 43, 768), (0, 2, 768)] * 3]
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        for future in [pool.submit(_check_rms_norm, big, x, scale, 1e-5) for x in inputs]:
-            future.result()
-            runs += 1
-    del big
-    gc.collect()
-    cases = [
-        ("epsilon given as an int", lambda: _session(_rms_norm_model(
-            None, 2, epsilon_attribute=helper.make_attribute("epsilon", 2)), library, 2), "epsilon"),
-        ("a scale of the wrong length", lambda: _session(_rms_norm_model(None, 2, scale_dim="other"), library, 2).run(
-            None, {"x": rng.normal(size=(3, 40)).astype(np.float32), "scale": np.ones(39, np.float32)}),
-         "scale must have shape"),
-    ]
-    for what, action, must_name in cases:
-        try:
-            action()
-        except Exception as exc:  # onnxruntime's own exception types
-            if must_name not in str(exc) or "onnxruntime" not in type(exc).__module__:
-                raise AssertionError(f"RMSNorm, {what}: not the expected onnxruntime error: {exc}") from exc
-        else:
-            raise AssertionError(f"RMSNorm, {what}: onnxruntime accepted it")
-    return runs, made, len(cases)
-
-
-def _model(beta, rank: int, *, elem_type=None, beta_attribute=None) -> bytes:
-    """x -> myops::Swish -> y with symbolic dims of the given rank.
+def _model(spec, rank: int, attributes: dict | None, *, elem_type=None, extra_attribute=None,
+           weight_dim: str | None = None) -> bytes:
+    """The op's node alone: full-shaped inputs of symbolic dims of this rank, weights as graph inputs of the
+    last dim (weight_dim names theirs apart). attributes None: none on the node.
 
     Ranked on purpose: with an unranked x the plugin's shape inference declares y a scalar, and ORT
     warns on every run: the 1.21 C API shows unranked and scalar alike. Outputs are right either way.
     """
     from onnx import TensorProto, helper
 
+    from opspec import DOMAIN
+
     elem_type = TensorProto.FLOAT if elem_type is None else elem_type
-    node = helper.make_node("Swish", ["x"], ["y"], domain="myops", **({} if beta is None else {"beta": beta}))
-    if beta_attribute is not None:
-        node.attribute.append(beta_attribute)
+    full, weights, outputs = _names(spec)
+    node = helper.make_node(spec.onnx_type, full + weights, outputs, domain=DOMAIN, **(attributes or {}))
+    if extra_attribute is not None:
+        node.attribute.append(extra_attribute)
     dims = [f"d{i}" for i in range(rank)]
-    graph = helper.make_graph([node], "swish", [helper.make_tensor_value_info("x", elem_type, dims)],
-                              [helper.make_tensor_value_info("y", elem_type, dims)])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("myops", 1)])
+    inputs = ([helper.make_tensor_value_info(n, elem_type, dims) for n in full] +
+              [helper.make_tensor_value_info(n, elem_type, [weight_dim or dims[-1]]) for n in weights])
+    graph = helper.make_graph([node], spec.name, inputs, [helper.make_tensor_value_info(n, elem_type, dims)
+                                                          for n in outputs])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid(DOMAIN, 1)])
     model.ir_version = 9
     return model.SerializeToString()
 
 
-def _session(model: bytes, library: Path, threads: int):
+def _form_model(spec, rank: int, attributes: dict | None) -> bytes | None:
+    """The op's declared decomposed form in standard nodes, what the plugin's outputs are checked against
+    (in ORT's own kernels); None for an op without one."""
+    if spec.decomposed is None:
+        return None
+    from onnx import TensorProto, helper
+
+    from opspec import forms
+
+    full, weights, outputs = _names(spec)
+    emitter = forms.OnnxNodes()
+    result = spec.decomposed(emitter, *full, *weights, *{**spec.attributes, **(attributes or {})}.values())
+    results = result if isinstance(result, tuple) else (result,)
+    nodes = emitter.nodes + [helper.make_node("Identity", [r], [o]) for r, o in zip(results, outputs)]
+    dims = [f"d{i}" for i in range(rank)]
+    graph = helper.make_graph(nodes, f"{spec.name}_form",
+                              [helper.make_tensor_value_info(n, TensorProto.FLOAT, dims) for n in full] +
+                              [helper.make_tensor_value_info(n, TensorProto.FLOAT, [dims[-1]]) for n in weights],
+                              [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in outputs],
+                              initializer=emitter.initializers)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 9
+    return model.SerializeToString()
+
+
+def _session(model: bytes, library: Path, threads: int, *, optimize: bool = True):
     import onnxruntime as ort
 
     from .loader import register
 
     options = ort.SessionOptions()
+    if not optimize:  # the form node by node: ORT's fusions of it refuse some shapes (an empty row)
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     # ORT's arena and memory patterns carve tensors out of large blocks, where an overrun lands in a
     # neighbour's bytes unseen; without them each tensor is its own allocation with ASan red zones.
     options.enable_cpu_mem_arena = False
@@ -351,58 +264,136 @@ def _session(model: bytes, library: Path, threads: int):
     return ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
 
 
-def _input(rng, shape):
+def _fresh(array):
+    """A fresh exact-size buffer, so reading past its end hits ASan's red zone."""
     import numpy as np
 
-    x = rng.normal(scale=8.0, size=shape).astype(np.float32)
+    return np.array(array, copy=True, order="C")
+
+
+def _input(rng, shape):
+    x = rng.normal(scale=8.0, size=shape).astype("float32")
     flat = x.reshape(-1)
     if flat.size:
         # Specials at both ends (where off-by-one bugs live) and at random places.
         positions = [0, flat.size - 1, *rng.integers(0, flat.size, size=min(flat.size, 2 * len(SPECIALS)))]
         for position, value in zip(positions, SPECIALS * 3):
             flat[position] = value
-    # A fresh exact-size buffer, so reading past its end hits ASan's red zone.
-    return np.array(x, copy=True, order="C")
+    return _fresh(x)
 
 
-def _check(session, x, beta) -> None:
+def _feeds(spec, rng, shape) -> dict:
+    """A feed of every graph input: the full-shaped ones with specials, the weights near 1."""
+    full, weights, _ = _names(spec)
+    feeds = {name: _input(rng, shape) for name in full}
+    feeds.update({name: _fresh(rng.normal(1.0, 0.2, size=shape[-1:]).astype("float32")) for name in weights})
+    return feeds
+
+
+def _check(spec, session, form, feeds: dict, what: str) -> None:
+    """The node's outputs: x's shape and type, and the form's values wherever the form's are finite (where it
+    overflows or meets a NaN, the two may differ in how)."""
     import numpy as np
 
-    (y,) = session.run(None, {"x": x})
-    b = 1.0 if beta is None else beta
-    with np.errstate(over="ignore", invalid="ignore"):
-        expected = (x.astype(np.float64) / (1.0 + np.exp(-(b * x.astype(np.float64))))).astype(np.float32)
-    if y.shape != x.shape or y.dtype != np.float32:
-        raise AssertionError(f"shape {x.shape}, beta {beta}: got {y.dtype}{list(y.shape)}")
-    np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-6, equal_nan=True,
-                               err_msg=f"shape {x.shape}, beta {beta}")
+    ys = session.run(None, feeds)
+    x = feeds["x"]
+    for name, y in zip(spec.graph_outputs, ys, strict=True):
+        if y.shape != x.shape or y.dtype != np.float32:
+            raise AssertionError(f"{spec.onnx_type} {what}, {name}: got {y.dtype}{list(y.shape)} for x {list(x.shape)}")
+    if form is None:
+        return
+    for name, y, want in zip(spec.graph_outputs, ys, form.run(None, feeds), strict=True):
+        finite = np.isfinite(want)
+        np.testing.assert_allclose(y[finite], want[finite], rtol=1e-4, atol=1e-5,
+                                   err_msg=f"{spec.onnx_type} {what}, {name}, shape {list(x.shape)}")
 
 
-def _error_paths(library: Path, rng) -> int:
+def _op_workload(spec, library: Path, rng) -> dict:
+    """One op under the sanitizers: every shape on 1 to 4 threads at each attribute value, one session from
+    several Python threads at once, sessions made and dropped over and over, and its error paths."""
+    import gc
+    from concurrent.futures import ThreadPoolExecutor
+
+    counts = {"runs": 0, "sessions": 0, "errors_checked": 0}
+    shapes = SHAPES if spec.kind == "elementwise" else ROW_SHAPES
+    settings = [None] + [dict.fromkeys(spec.attributes, v) for v in ATTRIBUTE_VALUES[1:] if spec.attributes]
+    for attributes in settings:
+        for rank in sorted({len(shape) for shape in shapes}):
+            form_model = _form_model(spec, rank, attributes)
+            form = _session(form_model, library, 1, optimize=False) if form_model is not None else None
+            for threads in THREADS:
+                session = _session(_model(spec, rank, attributes), library, threads)
+                counts["sessions"] += 1
+                for shape in (s for s in shapes if len(s) == rank):
+                    _check(spec, session, form, _feeds(spec, rng, shape), f"attributes {attributes}")
+                    counts["runs"] += 1
+                del session
+            del form
+    gc.collect()
+
+    # One session on 4 threads, run from several Python threads at once (Run releases the GIL).
+    rank = 3
+    big = _session(_model(spec, rank, None), library, 4)
+    form_model = _form_model(spec, rank, None)
+    form = _session(form_model, library, 1, optimize=False) if form_model is not None else None
+    feeds = [_feeds(spec, rng, shape) for shape in [(8, 512, 768), (3, 1, CHUNK + 7), (1, 1, 5), (0, 2, 768)] * 3]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        for future in [pool.submit(_check, spec, big, form, feed, "from 4 threads at once") for feed in feeds]:
+            future.result()
+            counts["runs"] += 1
+    counts["sessions"] += 1
+    del big, form
+    gc.collect()
+
+    # Options, registration, session, run, teardown, over and over.
+    for cycle in range(6):
+        session = _session(_model(spec, 2, None), library, 1 + cycle % 3)
+        _check(spec, session, None, _feeds(spec, rng, (5, CHUNK + cycle)), "cycle")
+        del session
+        gc.collect()
+        counts["runs"] += 1
+        counts["sessions"] += 1
+
+    counts["errors_checked"] = _error_paths(spec, library, rng)
+    return counts
+
+
+def _error_paths(spec, library: Path, rng) -> int:
     """Each bad model or input must give a clean onnxruntime error (an exception), never a crash."""
+    import numpy as np
     from onnx import TensorProto, helper
 
+    full, weights, _ = _names(spec)
     cases = [
-        ("beta given as an int", lambda: _session(_model(None, 2, beta_attribute=helper.make_attribute("beta", 2)),
-                                                  library, 2), "beta"),
-        ("beta given as a string", lambda: _session(_model(None, 2, beta_attribute=helper.make_attribute("beta", "x")),
-                                                    library, 1), "beta"),
-        ("a double model input", lambda: _session(_model(1.0, 2, elem_type=TensorProto.DOUBLE), library, 2),
+        ("a double model input", lambda: _session(_model(spec, 2, None, elem_type=TensorProto.DOUBLE), library, 2),
          "double"),
-        ("a double array fed to the float model",
-         lambda: _session(_model(1.0, 2), library, 2).run(None, {"x": rng.normal(size=(3, CHUNK + 1))}), "double"),
+        ("a double array fed to the float model", lambda: _session(_model(spec, 2, None), library, 2).run(
+            None, {**_feeds(spec, rng, (3, 40)), "x": rng.normal(size=(3, 40))}), "double"),
     ]
+    for attribute in list(spec.attributes)[:1]:
+        for kind, value in (("an int", 2), ("a string", "x")):
+            cases.append((f"{attribute} given as {kind}", lambda a=attribute, v=value: _session(
+                _model(spec, 2, None, extra_attribute=helper.make_attribute(a, v)), library, 2), attribute))
+    if weights:
+        cases.append((f"a {weights[-1]} of the wrong length", lambda: _session(
+            _model(spec, 2, None, weight_dim="other"), library, 2).run(
+                None, {**_feeds(spec, rng, (3, 40)), weights[-1]: np.ones(39, np.float32)}),
+            f"{weights[-1]} must have shape"))
+    if len(full) > 1:
+        cases.append((f"{full[-1]} of another shape", lambda: _session(_model(spec, 2, None), library, 2).run(
+            None, {**_feeds(spec, rng, (3, 40)), full[-1]: np.ones((3, 39), np.float32)}), "must have X's shape"))
     for what, action, must_name in cases:
         try:
             action()
         except Exception as exc:  # onnxruntime's own exception types (Fail, InvalidArgument, ...)
             message = str(exc)
-            if must_name and must_name not in message:
-                raise AssertionError(f"{what}: the error does not name {must_name!r}: {message}") from exc
+            if must_name not in message:
+                raise AssertionError(f"{spec.onnx_type}, {what}: the error does not name {must_name!r}: {message}") from exc
             if "onnxruntime" not in type(exc).__module__:
-                raise AssertionError(f"{what}: expected an onnxruntime error, got {type(exc).__name__}: {message}")
+                raise AssertionError(f"{spec.onnx_type}, {what}: expected an onnxruntime error, got "
+                                     f"{type(exc).__name__}: {message}")
         else:
-            raise AssertionError(f"{what}: onnxruntime accepted it")
+            raise AssertionError(f"{spec.onnx_type}, {what}: onnxruntime accepted it")
     return len(cases)
 
 
