@@ -31,25 +31,14 @@ ORT_THREAD_POOL = "one intra-op pool shared by the sessions"
 TARGET_COLUMNS = ["entry", "op", "target", "numerator", "denominator", "shape", "median_ratio", "ci_low", "ci_high", "limit",
                   "holds", "pairs", "processes", "process_spread", "threads", "opset", "ort_thread_pool", "note",
                   "git_sha", "timestamp"]
-# (name, numerator, denominators, limit): the target holds when median(A/B) <= limit. Where several
-# denominators are given they are the copies timed like the op, and the fastest of them (the largest
-# ratio) is the floor.
-TARGETS = [
-    ("ORT custom op vs ORT-side copy floor", "ort_custom", ("ort_plugin_copy", "ort_copy"), 1.3),
-    ("extension op vs torch-side copy floor", "torch_extension", ("torch_copy_into", "torch_copy"), 1.3),
-    ("ORT custom op vs ORT composite (default level: QuickGelu)", "ort_custom", ("ort_composite_all",), 1.0),
-    ("ORT custom op vs ONNX Swish-24 (ORT's own kernel)", "ort_custom_newest", ("ort_standard_swish",), 1.0),
-    ("extension op vs F.silu", "torch_extension", ("torch_silu",), 1.0),
-    ("extension op vs PyTorch composite", "torch_extension", ("torch_composite",), 0.7),
-]
-# Those are Swish's (its copy floors need rows of their own). Every other op declares its targets in
-# ops/<op>.py (TorchOp.targets), measured at each of its op-alone workloads with the rows of
-# _op_callables (RMSNorm: vs F.rms_norm, and vs the SimplifiedLayerNormalization ORT fuses its
-# decomposed graph into; a row-wise op may name RMSNorm's rows, "rms_norm:ort_custom").
-
-# A fused row's peak memory over its composite's: at least 5 % below (the composite holds one more
-# activation-sized tensor at its peak; 5 % leaves room for allocator rounding).
-MEMORY_LIMIT = 0.95
+# Each op declares its targets (opspec/<op>.py, or its TorchOp): (name, numerator, denominators, limit),
+# holding when median(A/B) <= limit, measured at each of its op-alone workloads on the rows of
+# _op_callables. Where several denominators are given they are the copies timed like the op, and the
+# fastest of them (the largest ratio) is the floor; such a copy-floor target is measured again on a
+# DRAM-sized tensor. A row "OTHER:ROW" is another op's on an input of the same shape ("rms_norm:ort_custom");
+# "peak:ROW[@LEVEL]" is a row's peak memory in this run's fresh-process figures (LEVEL: ORT's optimisation
+# level), a ratio of one measurement.
+PEAK = "peak:"
 COPY_NAMES = {"ort_plugin_copy": "the plugin's myops::Copy", "ort_copy": "ORT's Identity",
               "torch_copy_into": "copy_ into a preallocated tensor", "torch_copy": "clone"}
 
@@ -98,36 +87,6 @@ def _shared_pool_session(path: str, arrays: tuple, plugin: str | None = None):
     return lambda: session.run(None, feed)
 
 
-def _callables(spec: dict, x_np) -> dict:
-    import torch
-
-    import ops
-
-    x = torch.from_numpy(x_np)
-    paths = spec["models"]
-
-    def session(path, with_plugin=False):
-        return _shared_pool_session(path, (x_np,), spec["plugin"] if with_plugin else None)
-
-    beta = spec["beta"]
-    out = torch.empty_like(x)
-    calls = {
-        "ort_custom": session(paths["custom"], with_plugin=True),
-        "ort_composite_all": session(paths["decomposed"]),
-        "ort_copy": session(paths["copy"]),
-        "ort_plugin_copy": session(paths["plugin_copy"], with_plugin=True),
-        "torch_extension": lambda: ops.swish(x, beta),
-        "torch_silu": lambda: torch.nn.functional.silu(x),
-        "torch_composite": lambda: ops.reference(x, beta),
-        "torch_copy": lambda: x.clone(),
-        "torch_copy_into": lambda: out.copy_(x),
-    }
-    if "newest_custom" in paths:  # from opset 24 the decomposed lowering is the standard Swish op
-        calls["ort_custom_newest"] = session(paths["newest_custom"], with_plugin=True)
-        calls["ort_standard_swish"] = session(paths["newest_decomposed"])
-    return calls
-
-
 def _op_callables(spec: dict, op_name: str, paths: dict, arrays: tuple, peers: bool = True) -> dict:
     """The rows an op's declared targets compare, on its op-alone workload's inputs (x first) and the
     weights its exported models hold. A row named "OTHER:ROW" is another op's row on an input of the same
@@ -152,9 +111,12 @@ def _op_callables(spec: dict, op_name: str, paths: dict, arrays: tuple, peers: b
         "torch_extension": lambda: op.function(*arguments),
         "torch_composite": lambda: op.reference(*arguments),
     }
+    if "newest_custom" in paths:  # the newest opset, whose decomposed lowering is the op's standard node
+        calls["ort_custom_newest"] = session(paths["newest_custom"], with_plugin=True)
+        calls["ort_standard"] = session(paths["newest_decomposed"])
     if op.native is not None and op.native_applies(op.attributes(beta=spec["beta"])):  # F.rms_norm: torch >= 2.4
         calls[op.spec.native_row] = lambda: op.native(*arguments)
-    # The copy floors of an op-alone workload, as Swish's targets have them.
+    # The copy floors of an op-alone workload.
     out = torch.empty_like(x)
     calls.update(torch_copy=lambda: x.clone(), torch_copy_into=lambda: out.copy_(x))
     if "plugin_copy" in paths:
@@ -198,12 +160,18 @@ def paired_ratio(a, b, pairs: int, warmup: int = 10) -> float:
     return statistics.median(paired_ratios(a, b, pairs, warmup))
 
 
-# The floor targets once more on a tensor far beyond the last-level cache: at the default size
-# the input and output sit in L3 on many CPUs, where the activation's arithmetic, not memory, can set
-# its pace; out there both are bound by DRAM bandwidth.
+# The copy-floor targets once more on a tensor far beyond the last-level cache: at the default size
+# the input and output sit in L3 on many CPUs, where the op's arithmetic, not memory, can set its
+# pace; out there both are bound by DRAM bandwidth.
 DRAM_SHAPE = (1, 65536, 768)   # 50,331,648 float32: 192 MiB in, 192 MiB out
-DRAM_TARGETS = [(f"{name} (DRAM-sized tensor, 1x65536x768)", numerator, denominators, limit)
-                for name, numerator, denominators, limit in TARGETS[:2]]
+
+
+def _copy_floor(target) -> bool:
+    return len(target[2]) > 1 and all(d in COPY_NAMES for d in target[2])
+
+
+def _paired(op) -> list:
+    return [t for t in op.targets if not t[1].startswith(PEAK)]
 
 
 def _child(spec: dict) -> list[dict]:
@@ -215,25 +183,25 @@ def _child(spec: dict) -> list[dict]:
     measured = []
     for name, paths in spec.get("op_workloads", {}).items():
         workload = WORKLOADS[name]
-        measured += _measure(spec, _op_callables(spec, workload.op, paths, workload.inputs(seed=0)),
-                             OPS[workload.op].targets, spec["pairs"], shape="x".join(map(str, workload.shape)),
-                             op=workload.op)
-    if not spec.get("models"):
-        return measured
-    measured += _measure(spec, _callables(spec, WORKLOADS["swish"].input(seed=0)), TARGETS, spec["pairs"])
-    if spec.get("dram"):
-        large = np.random.default_rng(1).standard_normal(DRAM_SHAPE, dtype=np.float32)
-        measured += _measure(spec, _callables(spec, large), DRAM_TARGETS, max(10, spec["pairs"] // 10),
-                             shape="x".join(map(str, DRAM_SHAPE)), warmup=3)
+        op = OPS[workload.op]
+        measured += _measure(spec, _op_callables(spec, workload.op, paths, workload.inputs(seed=0)), _paired(op),
+                             spec["pairs"], shape="x".join(map(str, workload.shape)), op=workload.op)
+        floors = [(f"{t[0]} (DRAM-sized tensor, {'x'.join(map(str, DRAM_SHAPE))})", *t[1:]) for t in _paired(op)
+                  if _copy_floor(t)]
+        if spec.get("dram") and floors and name == spec["dram_workloads"].get(workload.op):
+            rng = np.random.default_rng(1)
+            large = tuple(rng.standard_normal(DRAM_SHAPE, dtype=np.float32) for _ in op.spec.graph_inputs)
+            measured += _measure(spec, _op_callables(spec, workload.op, paths, large, peers=False), floors,
+                                 max(10, spec["pairs"] // 10), shape="x".join(map(str, DRAM_SHAPE)), op=workload.op,
+                                 warmup=3)
     return measured
 
 
-def _measure(spec: dict, calls: dict, targets: list, pairs: int, shape: str | None = None, op: str = "swish",
-             warmup: int = 10) -> list[dict]:
+def _measure(spec: dict, calls: dict, targets: list, pairs: int, shape: str, op: str, warmup: int = 10) -> list[dict]:
     """This process's paired ratios of every target, per denominator."""
     measured = []
     for name, numerator, denominators, limit in targets:
-        present = [d for d in denominators if d in calls and not (spec["beta"] != 1.0 and d == "torch_silu")]
+        present = [d for d in denominators if d in calls]
         if numerator not in calls or not present:
             missing = [r for r in (numerator, *denominators) if r not in calls]
             if any(":" in r for r in missing):  # another op's row: that op's workload was not in this run
@@ -243,7 +211,7 @@ def _measure(spec: dict, calls: dict, targets: list, pairs: int, shape: str | No
             continue
         by_floor = {d: paired_ratios(calls[numerator], calls[d], pairs, warmup=warmup) for d in present}
         measured.append(dict(target=name, op=op, numerator=numerator, by_floor=by_floor, limit=limit, pairs=pairs,
-                             shape=shape or "x".join(map(str, WORKLOADS["swish"].shape))))
+                             shape=shape))
     return measured
 
 
@@ -267,35 +235,43 @@ def combine(per_process: list[list[dict]]) -> list[dict]:
     return combined
 
 
+def _peak_key(row: str, opset) -> tuple:
+    """A "peak:ROW[@LEVEL]" row as bench.csv keys it: (row, ORT level, opset); PyTorch rows have neither."""
+    name, _, level = row[len(PEAK):].partition("@")
+    return (name, level, str(opset)) if level else (name, "", "")
+
+
 def measure_targets(args, models: dict, plugin: str, rows: list[dict], facts: dict) -> list[dict]:
     from ops.registry import OPS
 
-    paths, opset, newest = {}, None, None
-    opsets = sorted(opset for (name, opset) in models if name == "swish")
-    if opsets:
-        newest = opsets[-1]
-        composite = [o for o in opsets if not OPS["swish"].onnx.uses_standard(o, args.exporter)]
-        opset = composite[-1] if composite else newest  # the newest opset whose decomposed graph is Mul/Sigmoid
-        paths = {key: str(value) for key, value in models[("swish", opset)].items()}
-        if newest != opset:
-            paths["newest_custom"] = str(models[("swish", newest)]["custom"])
-            paths["newest_decomposed"] = str(models[("swish", newest)]["decomposed"])
-    # Every other op with declared targets, at the newest opset whose decomposed graph is the op's
-    # composite (not a standard node that replaces it), at each of its op-alone workloads.
-    op_opsets = {}
+    # Each op with declared targets, at the newest opset whose decomposed graph is the op's composite (not
+    # a standard node that replaces it), at each of its op-alone workloads; the newest opset too, where it is
+    # one whose decomposed lowering is that standard node (Swish-24: rows ort_custom_newest, ort_standard).
+    op_opsets, op_newest = {}, {}
     for op in OPS.values():
-        measured = sorted({o for (name, o) in models if WORKLOADS[name].op == op.name and WORKLOADS[name].op_alone
-                           and not op.onnx.uses_standard(o, args.exporter)})
-        if op.targets and measured:
-            op_opsets[op.name] = measured[-1]
-    op_workloads = {name: {key: str(value) for key, value in models[(name, o)].items()}
-                    for (name, o) in models if op_opsets.get(WORKLOADS[name].op) == o and WORKLOADS[name].op_alone}
-    spec = dict(threads=args.threads, beta=args.beta, pairs=args.pairs, plugin=str(plugin), models=paths,
-                op_workloads=op_workloads, dram=not getattr(args, "quick", False))
+        opsets = sorted({o for (name, o) in models if WORKLOADS[name].op == op.name and WORKLOADS[name].op_alone})
+        composite = [o for o in opsets if not op.onnx.uses_standard(o, args.exporter)]
+        if op.targets and composite:
+            op_opsets[op.name] = composite[-1]
+            if opsets[-1] != composite[-1]:
+                op_newest[op.name] = opsets[-1]
+    op_workloads = {}
+    for (name, o), paths in models.items():
+        op = WORKLOADS[name].op
+        if op_opsets.get(op) == o and WORKLOADS[name].op_alone:
+            op_workloads[name] = {key: str(value) for key, value in paths.items()}
+            if op in op_newest:
+                op_workloads[name].update(newest_custom=str(models[(name, op_newest[op])]["custom"]),
+                                          newest_decomposed=str(models[(name, op_newest[op])]["decomposed"]))
+    # the copy-floor targets on a DRAM-sized tensor: once per op, at its first op-alone workload
+    dram_workloads = {}
+    for name in op_workloads:
+        dram_workloads.setdefault(WORKLOADS[name].op, name)
+    spec = dict(threads=args.threads, beta=args.beta, pairs=args.pairs, plugin=str(plugin), op_workloads=op_workloads,
+                dram=not getattr(args, "quick", False), dram_workloads=dram_workloads)
     processes = getattr(args, "target_processes", 3)
     print(f"[bench] paired target ratios ({args.pairs} alternating pairs each in {processes} processes, opset "
-          f"{opset} ({', '.join(f'{op}: {o}' for op, o in op_opsets.items())}), ORT sessions sharing one thread pool):",
-          flush=True)
+          f"{', '.join(f'{op}: {o}' for op, o in op_opsets.items())}, ORT sessions sharing one thread pool):", flush=True)
     env = timing_child_env(REPO)
     per_process = []
     for number in range(1, processes + 1):
@@ -307,7 +283,7 @@ def measure_targets(args, models: dict, plugin: str, rows: list[dict], facts: di
         per_process.append(json.loads(child.stdout.strip().splitlines()[-1]))
         print(f"[targets {number}/{processes}] ({time.perf_counter() - started:.0f} s)", flush=True)
     results = []
-    for m in combine(per_process):
+    for m in combine(per_process) if per_process and per_process[0] else []:
         print(f"  {m['target'] + ' ' + m['shape']:64} {m['ratio']:6.3f}x [{m['ci_low']:.3f}-{m['ci_high']:.3f}]  (target <= {m['limit']}x)  "
               f"{'OK' if m['ratio'] <= m['limit'] else 'MISSED'}  {m['note']}", flush=True)
         results.append(dict(entry=args.entry, op=m["op"], target=m["target"], numerator=m["numerator"],
@@ -315,24 +291,28 @@ def measure_targets(args, models: dict, plugin: str, rows: list[dict], facts: di
                             ci_low=round(m["ci_low"], 4), ci_high=round(m["ci_high"], 4), limit=m["limit"],
                             holds=m["ratio"] <= m["limit"], pairs=m["pairs"], processes=m["processes"],
                             process_spread=round(m["process_spread"], 4), threads=args.threads,
-                            opset=newest if m["numerator"].endswith("_newest") else op_opsets.get(m["op"], opset),
+                            opset=op_newest[m["op"]] if m["numerator"].endswith("_newest") else op_opsets[m["op"]],
                             ort_thread_pool=ORT_THREAD_POOL, note=m["note"], git_sha=facts["git_sha"],
                             timestamp=facts["timestamp"]))
-    # Memory: fused rows must peak at most MEMORY_LIMIT of their composite rows (fresh-process figures of this run).
-    peaks = {(r["row"], r.get("ort_opt_level") or "", r.get("opset") or ""): r["peak_mb"] for r in rows
-             if r["workload"] == "swish" and not r.get("isa")}
-    for name, fused, composite in (
-        ("extension peak memory vs PyTorch composite", ("torch_extension", "", ""), ("torch_composite", "", "")),
-        ("ORT custom op peak memory vs ORT composite (basic level)", ("ort_custom", "all", opset), ("ort_composite", "basic", opset)),
-    ):
-        if fused in peaks and composite in peaks:
-            ratio = peaks[fused] / peaks[composite] if peaks[composite] else float("inf")
-            holds = ratio <= MEMORY_LIMIT
-            print(f"  {name:48} {peaks[fused]:.1f} MB vs {peaks[composite]:.1f} MB  {'OK' if holds else 'MISSED'}", flush=True)
-            results.append(dict(entry=args.entry, op="swish", target=name, numerator=fused[0], denominator=composite[0],
-                                shape="x".join(map(str, WORKLOADS["swish"].shape)), median_ratio=round(ratio, 4), limit=MEMORY_LIMIT, holds=holds, pairs=1, threads=args.threads,
-                                opset=opset, ort_thread_pool="", git_sha=facts["git_sha"],
-                                timestamp=facts["timestamp"]))
+    # Peak memory: the fresh-process figures of this run, at each op's first op-alone workload.
+    for op_name, workload in dram_workloads.items():
+        opset = op_opsets[op_name]
+        peaks = {(r["row"], r.get("ort_opt_level") or "", str(r.get("opset") or "")): r["peak_mb"] for r in rows
+                 if r["workload"] == workload and not r.get("isa")}
+        for name, numerator, denominators, limit in OPS[op_name].targets:
+            if not numerator.startswith(PEAK):
+                continue
+            fused, composite = _peak_key(numerator, opset), _peak_key(denominators[0], opset)
+            if fused in peaks and composite in peaks:
+                ratio = peaks[fused] / peaks[composite] if peaks[composite] else float("inf")
+                holds = ratio <= limit
+                print(f"  {name:48} {peaks[fused]:.1f} MB vs {peaks[composite]:.1f} MB  {'OK' if holds else 'MISSED'}",
+                      flush=True)
+                results.append(dict(entry=args.entry, op=op_name, target=name, numerator=fused[0],
+                                    denominator=composite[0], shape="x".join(map(str, WORKLOADS[workload].shape)),
+                                    median_ratio=round(ratio, 4), limit=limit, holds=holds, pairs=1,
+                                    threads=args.threads, opset=opset, ort_thread_pool="", git_sha=facts["git_sha"],
+                                    timestamp=facts["timestamp"]))
     return results
 
 

@@ -66,8 +66,9 @@ def git_state() -> dict:
     return {"git_sha": sha or os.environ.get("MYOPS_GIT_SHA"), "git_dirty": bool(changed) if changed is not None else handed}
 
 
-# What follows an op's name in the names of its files (those `nox -s new_op` writes, as the lab's own ops
-# are laid out): not any prefix, so that my_op_gated.h is not taken for one of my_op's files.
+# What follows an op's name in the names of its files (the two `nox -s new_op` writes; its own kernels, an
+# ONNX module, hand-written adapters where it has them): not any prefix, so that my_op_gated.h is not taken
+# for one of my_op's files.
 OP_FILE_SUFFIXES = (".cpp", ".h", ".py", "_cuda.cu", "_cuda.h", "_onnx.py", "_op.cc", "_op_base.h")
 
 

@@ -60,8 +60,10 @@ class TorchOp:
     extra_models: dict = field(default_factory=dict)  # name -> (hidden, function, attributes) -> Module
     artifact_seeds: dict = field(default_factory=dict)  # model -> seed of its fixed input in the artifacts
     artifact_attributes: dict = field(default_factory=dict)  # model -> ONNX attributes of its artifacts
-    tolerances: dict = field(default_factory=lambda: {"float32": (1e-5, 1e-6)})  # layer 1 vs the reference: dtype -> (rtol, atol)
-    targets: tuple[Target, ...] = ()  # at each op-alone workload; rows: "torch_extension", native_row, "ort_custom", ...
+    # layer 1 vs the reference, dtype -> (rtol, atol), and the bench targets at each op-alone workload
+    # (rows: "torch_extension", native_row, "ort_custom", ...: bench.targets); None: the declaration's
+    tolerances: dict | None = None
+    targets: tuple[Target, ...] | None = None
     # What ops.apply swaps in a user's model: module classes by import path (nothing is imported to
     # declare them) and how to read the op's arguments off each; functions held as attributes (F.silu)
     # with the attributes they mean; classes that look alike but compute something else, with why; and
@@ -72,6 +74,10 @@ class TorchOp:
     looks_like: tuple[str, ...] = ()
 
     def __post_init__(self):
+        if self.tolerances is None:
+            object.__setattr__(self, "tolerances", dict(self.spec.tolerances))
+        if self.targets is None:
+            object.__setattr__(self, "targets", tuple(self.spec.targets))
         if self.reference is None:
             if self.spec.decomposed is None:
                 raise ValueError(f"opspec/{self.spec.name}.py declares no decomposed form: declare one (decomposed=...), "
@@ -91,7 +97,7 @@ class TorchOp:
     def declared(cls, spec: OpSpec) -> "TorchOp":
         """The torch side of an op that has no ops/<name>.py: its function is torch.ops.myops.<name>, its
         weights are its inputs after the full-shaped ones, its native function the declaration's expression
-        (spec.native) and its tolerances and targets the declaration's; the artifacts' input seed comes from
+        (spec.native); the artifacts' input seed comes from
         its name (the same on every machine, another for each op)."""
         def function(*args, **kwargs):
             return getattr(getattr(torch.ops, DOMAIN), spec.name)(*args, **kwargs)
@@ -100,8 +106,7 @@ class TorchOp:
         function.__doc__ = f"{spec.formula or spec.name} as one fused op (torch.ops.{DOMAIN}.{spec.name})."
         return cls(spec=spec, function=function, weights=spec.torch_input_names[spec.full_inputs:],
                    native=_native_function(spec) if spec.native else None, native_text=spec.native,
-                   artifact_seeds={spec.name: 1000 + zlib.crc32(spec.name.encode()) % 9000},
-                   tolerances=dict(spec.tolerances), targets=tuple(spec.targets))
+                   artifact_seeds={spec.name: 1000 + zlib.crc32(spec.name.encode()) % 9000})
 
     @property
     def name(self) -> str:

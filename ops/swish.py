@@ -63,14 +63,5 @@ OP = TorchOp(
     looks_like=("SiLU", "Swish"),
     artifact_seeds={"swish": 101, "ffn": 202},
     artifact_attributes={"swish": {"beta": 1.702}},
-    # Layer 1 (tests/test_swish.py), against the composite in float32 on the same device, rounded once
-    # to the dtype. float32: atol 1e-6 as the brief asks, plus torch's default float32 rtol (1.3e-6,
-    # about 10 ulp at 1.0): two correctly rounded exps may differ by an ulp at |y| ~ 20. float16 and
-    # bfloat16 (CUDA): one ulp of the type as rtol (2^-10, 2^-7), since the same float32 value may round
-    # to neighbouring 16-bit values (and the 16-bit forward uses the fast exp, kernels/swish.h), and
-    # atol 1e-5 for float32-level noise where the backward's two terms cancel.
-    tolerances={"float32": (1.3e-6, 1e-6), "float16": (2**-10, 1e-5), "bfloat16": (2**-7, 1e-5)},
-    # Swish's targets (copy floors, ORT's QuickGelu and Swish-24, F.silu, the composite) need more
-    # rows than the generic ones: bench.targets keeps them.
 )
 reference = OP.reference  # x*Sigmoid(x*beta) in x's dtype: alignment layer 1's ground truth

@@ -26,4 +26,25 @@ SPEC = OpSpec(
         WorkloadSpec("ffn", "FFN block (Linear 768->3072, Swish, Linear 3072->768)", model="ffn"),
     ),
     native_row="torch_silu",  # F.silu is Swish at beta 1
+    # Layer 1 (tests/test_swish.py, test_declared_ops.py), against the composite in float32 on the same
+    # device, rounded once to the dtype. float32: atol 1e-6 as the brief asks, plus torch's default float32
+    # rtol (1.3e-6, about 10 ulp at 1.0): two correctly rounded exps may differ by an ulp at |y| ~ 20.
+    # float16 and bfloat16 (CUDA): one ulp of the type as rtol (2^-10, 2^-7), since the same float32 value
+    # may round to neighbouring 16-bit values (and the 16-bit forward uses the fast exp, kernels/swish.h),
+    # and atol 1e-5 for float32-level noise where the backward's two terms cancel.
+    tolerances={"float32": (1.3e-6, 1e-6), "float16": (2**-10, 1e-5), "bfloat16": (2**-7, 1e-5)},
+    targets=(
+        # against the copy floors (the fastest of the copies timed like the op), also on a DRAM-sized tensor
+        ("ORT custom op vs ORT-side copy floor", "ort_custom", ("ort_plugin_copy", "ort_copy"), 1.3),
+        ("extension op vs torch-side copy floor", "torch_extension", ("torch_copy_into", "torch_copy"), 1.3),
+        ("ORT custom op vs ORT composite (default level: QuickGelu)", "ort_custom", ("ort_composite_all",), 1.0),
+        ("ORT custom op vs ONNX Swish-24 (ORT's own kernel)", "ort_custom_newest", ("ort_standard",), 1.0),
+        ("extension op vs F.silu", "torch_extension", ("torch_silu",), 1.0),
+        ("extension op vs PyTorch composite", "torch_extension", ("torch_composite",), 0.7),
+        # peak memory at least 5 % below the composite's (which holds one more activation-sized tensor at its
+        # peak; 5 % leaves room for allocator rounding)
+        ("extension peak memory vs PyTorch composite", "peak:torch_extension", ("peak:torch_composite",), 0.95),
+        ("ORT custom op peak memory vs ORT composite (basic level)", "peak:ort_custom@all",
+         ("peak:ort_composite@basic",), 0.95),
+    ),
 )
