@@ -64,12 +64,11 @@ def native_applies(op: str, beta: float) -> bool:
 
 
 def has_targets(workloads: list[str]) -> bool:
-    """Whether any of these workloads has paired target ratios: an op-alone workload (the FFN has none) of
-    Swish (bench.targets' own) or of an op that declares targets."""
+    """Whether any of these workloads has paired target ratios: an op-alone workload (the FFN has none) of an
+    op that declares targets."""
     from ops.registry import OPS
 
-    return any(WORKLOADS[w].op_alone and (WORKLOADS[w].op == "swish" or OPS[WORKLOADS[w].op].targets)
-               for w in workloads)
+    return any(WORKLOADS[w].op_alone and OPS[WORKLOADS[w].op].targets for w in workloads)
 
 
 def export_models(args, opsets: list[int], out: Path) -> dict:
