@@ -12,7 +12,7 @@ per module):
                (bench.gpu.suite): layer 1 of every op in float32, float16 and bfloat16 (edge values,
                views, tensors beyond one grid, a side stream, RMSNorm's kernel edges), the plugin's CUDA
                kernel against its float64 reference (the harness, and onnxruntime's CUDA EP where there
-               is one); the tolerances are the ops' declarations (ops/<op>.py)
+               is one); the tolerances are the ops' declarations (opspec/<op>.py)
   4 bench      PyTorch rows and the copy floor for results/<entry>/bench.csv, per call and device time,
                warm and cold (L2 flushed), each sampled until its noise is under 0.5 % or its time cap
                (bench.gpu.rows, bench.cuda_timing), at the workloads opspec/<op>.py declares

@@ -241,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
         from .targets import TARGET_COLUMNS
 
         # Merged, as bench.csv is: a run of one op's workloads keeps the other op's targets.
-        upsert_csv(out_dir / "targets.csv", target_rows, TARGET_COLUMNS, ["entry", "target", "shape"])
+        upsert_csv(out_dir / "targets.csv", target_rows, TARGET_COLUMNS, ["entry", "op", "target", "shape"])
     print(f"[bench] wrote {len(rows)} rows to {out_dir / 'bench.csv'} and {args.results / 'bench_all.csv'}", flush=True)
 
     from .report import main as report_main

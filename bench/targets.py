@@ -123,7 +123,8 @@ def _op_callables(spec: dict, op_name: str, paths: dict, arrays: tuple, peers: b
         calls["ort_plugin_copy"] = session(paths["plugin_copy"], with_plugin=True)
     if "copy" in paths:
         calls["ort_copy"] = session(paths["copy"])
-    wanted = {row for _, numerator, denominators, _ in op.targets for row in (numerator, *denominators) if ":" in row}
+    wanted = {row for _, numerator, denominators, _ in op.targets for row in (numerator, *denominators)
+              if ":" in row and not row.startswith(PEAK)}
     for row in sorted(wanted) if peers else ():
         peer, peer_row = row.split(":", 1)
         same_shape = [(name, paths) for name, paths in spec["op_workloads"].items()
@@ -163,11 +164,16 @@ def paired_ratio(a, b, pairs: int, warmup: int = 10) -> float:
 # The copy-floor targets once more on a tensor far beyond the last-level cache: at the default size
 # the input and output sit in L3 on many CPUs, where the op's arithmetic, not memory, can set its
 # pace; out there both are bound by DRAM bandwidth.
-DRAM_SHAPE = (1, 65536, 768)   # 50,331,648 float32: 192 MiB in, 192 MiB out
+DRAM_VALUES = 65536 * 768   # 50,331,648 float32: 192 MiB in, 192 MiB out
+
+
+def _dram_shape(hidden: int) -> tuple:
+    """That many values as one batch of rows of the workload's hidden size (a row-wise op's weights fit)."""
+    return (1, DRAM_VALUES // hidden, hidden)
 
 
 def _copy_floor(target) -> bool:
-    return len(target[2]) > 1 and all(d in COPY_NAMES for d in target[2])
+    return all(d in COPY_NAMES for d in target[2])
 
 
 def _paired(op) -> list:
@@ -186,13 +192,14 @@ def _child(spec: dict) -> list[dict]:
         op = OPS[workload.op]
         measured += _measure(spec, _op_callables(spec, workload.op, paths, workload.inputs(seed=0)), _paired(op),
                              spec["pairs"], shape="x".join(map(str, workload.shape)), op=workload.op)
-        floors = [(f"{t[0]} (DRAM-sized tensor, {'x'.join(map(str, DRAM_SHAPE))})", *t[1:]) for t in _paired(op)
+        dram = _dram_shape(workload.shape[-1])
+        floors = [(f"{t[0]} (DRAM-sized tensor, {'x'.join(map(str, dram))})", *t[1:]) for t in _paired(op)
                   if _copy_floor(t)]
         if spec.get("dram") and floors and name == spec["dram_workloads"].get(workload.op):
             rng = np.random.default_rng(1)
-            large = tuple(rng.standard_normal(DRAM_SHAPE, dtype=np.float32) for _ in op.spec.graph_inputs)
+            large = tuple(rng.standard_normal(dram, dtype=np.float32) for _ in op.spec.graph_inputs)
             measured += _measure(spec, _op_callables(spec, workload.op, paths, large, peers=False), floors,
-                                 max(10, spec["pairs"] // 10), shape="x".join(map(str, DRAM_SHAPE)), op=workload.op,
+                                 max(10, spec["pairs"] // 10), shape="x".join(map(str, dram)), op=workload.op,
                                  warmup=3)
     return measured
 
@@ -223,7 +230,7 @@ def combine(per_process: list[list[dict]]) -> list[dict]:
     combined = []
     for first in per_process[0]:
         mine = [m for process in per_process for m in process
-                if (m["target"], m["shape"]) == (first["target"], first["shape"])]
+                if (m["op"], m["target"], m["shape"]) == (first["op"], first["target"], first["shape"])]
         groups = {d: [m["by_floor"][d] for m in mine] for d in first["by_floor"]}
         pooled = {d: statistics.median([r for g in gs for r in g]) for d, gs in groups.items()}
         denominator = max(pooled, key=pooled.get)

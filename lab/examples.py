@@ -3,7 +3,7 @@ scaffold to a measured run, in a copy of the tree (build/examples/NAME/; the che
 
 It scaffolds NAME there as `nox -s new_op` would (with the example's options), applies
 docs/examples/NAME.patch (the few edits a user makes: the math in kernels/ and the declaration's form
-and targets; for a row-wise op also its reference and ONNX lowering), runs the op's tests and, with --bench, measures it with
+and targets), runs the op's tests and, with --bench, measures it with
 `python -m bench.run --workload NAME ...`, writing to --results (default results/examples/NAME/, where
 the committed run of each example lives). Rows record this checkout's git sha and state.
 """

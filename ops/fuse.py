@@ -23,7 +23,7 @@ import numpy as np
 from lab.files import write_text_atomic
 from opspec import DOMAIN, DOMAIN_VERSION
 
-# what a rule's check reads of a match (a scaffolded row-wise op's ops/<op>_onnx.py imports them from here)
+# what a rule's check reads of a match (an op's own ops/<op>_onnx.py, where it declares no form, imports them here)
 from .onnx_parts import float_input, same_shapes, scalar, where  # noqa: F401
 
 # Layer 2's tolerance (tests/test_alignment_onnx.py): ORT with the plugin against its reference.
@@ -82,19 +82,27 @@ def rewrite(model, report: FuseReport, ops: list[str] | None = None, extra_rules
     chosen = rules(report, ops) + list(extra_rules or [])
     if not chosen:
         return 0
-    # commute: Mul(x, Sigmoid(x)) and Mul(Sigmoid(x), x) alike, each rule written once. Whole forms first:
-    # a form with an attribute's identity node left out may match inside a whole one (at an inner node,
-    # which the rewriter reaches first) and would leave that node beside the fused one.
-    count = 0
-    for identity_variants in (False, True):
-        tier = [rule for rule in chosen if getattr(rule, "myops_identity_variant", False) == identity_variants]
-        if tier:
-            count += rewriter.RewriteRuleSet(tier, commute=True).apply_to_model(model)
+    count = apply_rules(model, chosen)
     from onnx_ir.passes.common import RemoveUnusedNodesPass
 
     RemoveUnusedNodesPass()(model)
     if count:
         model.opset_imports[DOMAIN] = DOMAIN_VERSION
+    return count
+
+
+def apply_rules(model, chosen: list) -> int:
+    """The rules on an onnx_ir Model; how many subgraphs they replaced. Commuted: Mul(x, Sigmoid(x)) and
+    Mul(Sigmoid(x), x) alike, each rule written once. Whole forms first: a form with an attribute's
+    identity node left out may match inside a whole one (at an inner node, which the rewriter reaches
+    first) and would leave that node beside the fused one."""
+    from onnxscript import rewriter
+
+    count = 0
+    for identity_variants in (False, True):
+        tier = [rule for rule in chosen if getattr(rule, "myops_identity_variant", False) == identity_variants]
+        if tier:
+            count += rewriter.RewriteRuleSet(tier, commute=True).apply_to_model(model)
     return count
 
 

@@ -434,6 +434,9 @@ class DeclaredOnnx:
             for name in emitter.reductions:
                 reduced = bound[name].producer()
                 axes = _axes(reduced)
+                if axes is None and reduced.op_type in forms.ROW_OPS:
+                    return _refuse(report, spec.name, form, bound[name], f"the {reduced.op_type} has no axis before "
+                                   "opset 13, where it works over the input flattened from axis 1, not the last one")
                 if axes is None or not _last_axis(axes, _rank(x)):
                     return _refuse(report, spec.name, form, bound[name], f"the {reduced.op_type} is over axes {axes}, "
                                                                          "not the last one")

@@ -31,6 +31,7 @@ KINDS = (None, "elementwise", "rowwise")
 # could be: an op's inputs and attributes may not be called so.
 GENERATED_RESERVED = frozenset({
     "a", "in", "out", "n", "rows", "cols", "workspace", "dtype", "stream", "result", "m", "at", "std", "myops",
+    "T", "weights_", "weight_grads_",
     "auto", "bool", "char", "class", "const", "default", "delete", "do", "double", "enum", "float", "int", "long",
     "new", "operator", "private", "public", "register", "short", "signed", "static", "struct", "switch", "template",
     "this", "typename", "union", "unsigned", "using", "virtual", "void", "volatile",
@@ -108,6 +109,10 @@ class OpSpec:
                              f"{self.full_inputs} but it has {len(self.inputs)} inputs")
         if self.kind:
             self._check_generated_names()
+        if self.kind == "rowwise" and len(self.own_kernels) == 1:
+            raise ValueError(f"OpSpec {self.name!r}: a rowwise op's math header writes its row loops and launchers "
+                             f"both or neither: declare own_kernels=(\"cpu\", \"cuda\") or none (it declares "
+                             f"{self.own_kernels!r})")
         if self.kind == "rowwise" and set(self.own_kernels) != {"cpu", "cuda"} and (
                 self.full_inputs != 1 or len(self.outputs) != 1 or len(self.inputs) == 1):
             raise ValueError(f"OpSpec {self.name!r}: the row loops written from a rowwise op's math take X, one or more "
@@ -142,14 +147,18 @@ class OpSpec:
                              "op of a kind takes float attributes)")
         grads = list(self.grad_names)
         names = [*self.torch_input_names, *(self.torch_attribute(a) for a in self.attributes)]
-        # a rowwise op's generated loops name each weight's gradient d<weight>
-        bad = [n for n in names if not n.isidentifier() or n in GENERATED_RESERVED or n.startswith("grad")
-               or (n.startswith("d") and n[1:] in names)]
+        bad = [n for n in names if not n.isidentifier() or n in GENERATED_RESERVED or n.startswith("grad")]
         if bad or len(set(names + grads)) != len(names + grads):
             raise ValueError(f"OpSpec {self.name!r}: its torch input and attribute names {names} must be distinct "
                              f"identifiers, none starting with 'grad' and none of {sorted(GENERATED_RESERVED)} "
                              f"(the generated adapters use those); rename {bad or names} with torch_inputs= or "
                              "torch_attributes=")
+        if self.kind == "rowwise" and not self.own_kernels:  # its generated row loops name weight gradients d<weight>
+            weights = names[self.full_inputs:len(self.torch_input_names)]
+            clash = [n for n in names if n.startswith("d") and n[1:] in weights]
+            if clash:
+                raise ValueError(f"OpSpec {self.name!r}: {', '.join(clash)} would be named as the gradient of the "
+                                 f"weight {clash[0][1:]} (d<weight>) in the generated row loops: rename it")
 
     @property
     def graph_inputs(self) -> tuple[str, ...]:

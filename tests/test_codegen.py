@@ -1,5 +1,6 @@
 """The generic adapters for what the lab's own ops do not exercise: an elementwise op of two inputs and
-two outputs with an attribute, and a rowwise op of two weights and two outputs. Their declarations and
+two outputs with an attribute, a rowwise op of two weights and two outputs with its own row loops, and a
+rowwise op of two weights whose row loops are generated from its per-element functions. Their declarations and
 math live here; opspec.codegen writes their few lines, and the extension's generic CPU adapters
 (ops/csrc/adapters.h) run them in a fresh process against torch's own arithmetic, the plugin's
 (ort_plugin/src/cpu/declared_ops.h) in onnxruntime against numpy: for the plugin, adding the two
@@ -23,7 +24,10 @@ GATED = OpSpec("gated_mix", "GatedMix", ("X", "gate"), {"alpha": 0.5}, kind="ele
 SCALES = OpSpec("two_scales", "TwoScales", ("X", "w", "b"), {"epsilon": 0.25}, kind="rowwise",
                 torch_attributes={"epsilon": "eps"}, outputs=("Y", "S"), own_kernels=("cpu", "cuda"))
 
-# y = alpha x g, z = x + g;  rowwise: y = x w + b, s = eps x (per row, w and b of the last axis)
+SHIFT = OpSpec("shift_rows", "ShiftRows", ("X", "w", "b"), {"gain": 2.0}, kind="rowwise")
+
+# y = alpha x g, z = x + g;  rowwise: y = x w + b, s = eps x (per row, w and b of the last axis);
+# generated rows: y = (x - mean(x)) w + b gain
 MATH = {
     # one element's functions: the CPU loops and CUDA launchers are generated around them
     "gated_mix.h": """
@@ -64,6 +68,45 @@ MATH = {
             }
         }
         }  // namespace two_scales
+        """,
+    # seven functions of one element and its row's sums: the generic row loops (kernels/rowwise_cpu.h,
+    # rowwise_cuda.cuh) around them; Channel (c.w, c.b) and Attributes (at.gain) come from the declaration
+    "shift_rows.h": """
+        #pragma once
+        #include <cstdint>
+        #include "op_math.h"
+        namespace shift_rows {
+        template <typename T> struct Sums { T a = T(0); T b = T(0); };
+        template <typename T> struct GradSums { T a = T(0); T b = T(0); };
+        template <typename T> struct Row { T mean; };
+        template <typename T>
+        MYOPS_HD void accumulate(Sums<T>& s, T x, const Channel<T>&, const Attributes&) { s.a += x; }
+        template <typename T>
+        MYOPS_HD void merge(Sums<T>& s, const Sums<T>& o) { s.a += o.a; s.b += o.b; }
+        template <typename T>
+        MYOPS_HD Row<T> finish(const Sums<T>& s, int64_t cols, const Attributes&) { return {s.a / T(cols)}; }
+        template <typename T>
+        MYOPS_HD T forward(T x, const Row<T>& row, const Channel<T>& c, const Attributes& at) {
+          return (x - row.mean) * c.w + c.b * T(at.gain);
+        }
+        inline constexpr bool kNormalize = false;
+        template <typename T>
+        MYOPS_HD Row<T> with_output_sum(Row<T> row, T) { return row; }
+        template <typename T>
+        MYOPS_HD void accumulate_grad(GradSums<T>& s, T grad, T, const Row<T>&, const Channel<T>& c, const Attributes&) {
+          s.a += grad * c.w;
+        }
+        template <typename T>
+        MYOPS_HD T backward(T grad, T, const Row<T>&, const GradSums<T>& gs, const Channel<T>& c, int64_t cols,
+                            const Attributes&) {
+          return grad * c.w - gs.a / T(cols);
+        }
+        template <typename T>
+        MYOPS_HD Channel<T> weight_grads(T grad, T x, const Row<T>& row, const GradSums<T>&, const Channel<T>&,
+                                         const Attributes& at) {
+          return {grad * (x - row.mean), grad * T(at.gain)};
+        }
+        }  // namespace shift_rows
         """,
 }
 
@@ -109,6 +152,17 @@ try:
     raise SystemExit("a b of another length was taken")
 except RuntimeError as error:
     assert "myops::two_scales: b must have shape [x.shape[-1]] = [257]" in str(error), error
+def shifted(x, w, b, gain=2.0):
+    return (x - x.mean(-1, keepdim=True)) * w + b * gain
+for dtype in (torch.float32, torch.float64):  # the vector rows of this CPU's path, and the plain ones
+    x = torch.randn(300, 257, dtype=dtype, requires_grad=True)  # a tail after 4 lanes of 64, rows over threads
+    w, b = (torch.randn(257, dtype=dtype, requires_grad=True) for _ in range(2))
+    y, want = ops.shift_rows(x, w, b, 3.0), shifted(x, w, b, 3.0)
+    torch.testing.assert_close(y, want)
+    gy = torch.randn_like(x)
+    got = ops.shift_rows_backward(gy, x, w, b, 3.0)
+    for g, e in zip(got, torch.autograd.grad(want, (x, w, b), gy)):
+        torch.testing.assert_close(g, e, rtol=1e-5, atol=1e-4)
 print("ok")
 """
 
@@ -134,7 +188,7 @@ def test_names_the_adapters_use_are_refused():
 def test_generic_cpu_adapters_run_several_inputs_outputs_and_weights(tmp_path):
     for name, text in MATH.items():
         (tmp_path / name).write_text(textwrap.dedent(text))
-    written = write_torch_sources(tmp_path, tmp_path / "cuda", [GATED, SCALES])
+    written = write_torch_sources(tmp_path, tmp_path / "cuda", [GATED, SCALES, SHIFT])
     (tmp_path / "sources.txt").write_text("\n".join(map(str, written["cpp"])))
     from ops.build import _openmp_flags
 
@@ -150,6 +204,8 @@ DECLARATIONS = {
     "two_scales.py": 'from . import OpSpec\nSPEC = OpSpec("two_scales", "TwoScales", ("X", "w", "b"), {"epsilon": 0.25}, '
                      'kind="rowwise", torch_attributes={"epsilon": "eps"}, outputs=("Y", "S"), '
                      'own_kernels=("cpu", "cuda"))\n',
+    "shift_rows.py": 'from . import OpSpec\nSPEC = OpSpec("shift_rows", "ShiftRows", ("X", "w", "b"), {"gain": 2.0}, '
+                     'kind="rowwise")\n',
 }
 
 
@@ -206,16 +262,21 @@ def test_plugin_builds_and_runs_ops_that_are_a_declaration_and_a_math_header(tmp
     np.testing.assert_array_equal(s, np.float32(0.25) * x)
     with pytest.raises(Exception, match=r"b must have shape \[X.shape\[-1\]\] = \[257\]"):
         session.run(None, {"x": x, "w": w, "b": b[:3]})
+    session = make_session(_graph("ShiftRows", ["x", "w", "b"], {"x": ["n", "c"], "w": ["c"], "b": ["c"]}, ["y"],
+                                  gain=3.0), library=library)
+    (y,) = session.run(None, {"x": x, "w": w, "b": b})  # the generated row loops, rows over ORT's pool
+    np.testing.assert_allclose(y, (x - x.mean(-1, keepdims=True)) * w + b * np.float32(3.0), rtol=1e-5, atol=1e-5)
     from ort_plugin.library_info import read_library
 
     registered = {(o.op, o.provider, o.types) for o in read_library(library).ops}
-    assert {("GatedMix", "CPUExecutionProvider", ("float32",)), ("TwoScales", "CPUExecutionProvider", ("float32",))} \
-        <= registered, registered
+    assert {("GatedMix", "CPUExecutionProvider", ("float32",)), ("TwoScales", "CPUExecutionProvider", ("float32",)),
+            ("ShiftRows", "CPUExecutionProvider", ("float32",))} <= registered, registered
 
     # A declaration that changes or goes: the next build writes the registrations again (CMake re-runs the
     # writing), so the plugin never keeps a default or an op the catalogue no longer has.
     (tree / "opspec" / "gated_mix.py").write_text(DECLARATIONS["gated_mix.py"].replace('"alpha": 0.5', '"alpha": 3.0'))
     (tree / "opspec" / "two_scales.py").unlink()
+    (tree / "opspec" / "shift_rows.py").unlink()
     done = subprocess.run(["cmake", "--build", str(tree / "build"), "-j", "2"], capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
     rebuilt = shutil.copy(library, tmp_path / "rebuilt.so")  # another path: the loaded one stays as it was
@@ -249,7 +310,8 @@ def test_each_device_s_loops_are_the_op_s_own_or_generated_from_its_functions(tm
 
 def test_the_launchers_of_an_op_with_inputs_outputs_and_an_attribute_compile(tmp_path, in_ci):
     """launchers() for GATED (two inputs, two outputs, alpha), compiled by nvcc for one architecture: the
-    functors' attribute members, the pointer arrays and dispatch_many's deduction."""
+    functors' attribute members, the pointer arrays and dispatch_many's deduction; and SHIFT's, the generic
+    row kernels (kernels/rowwise_cuda.cuh) around its per-element functions."""
     import shutil
 
     from opspec.codegen import launchers
@@ -269,6 +331,15 @@ def test_the_launchers_of_an_op_with_inputs_outputs_and_an_attribute_compile(tmp
     assert "gated_mix::cuda::forward(void const*, void const*, void*, void*, long, float, myops_cuda::DType" in symbols
     assert "gated_mix::cuda::backward(void const*, void const*, void const*, void const*, void*, void*, long, float" \
         in symbols
+    (tmp_path / "shift_rows.h").write_text(textwrap.dedent(MATH["shift_rows.h"]))
+    (tmp_path / "rows.cu").write_text(launchers(SHIFT))
+    built = subprocess.run([nvcc, "-std=c++17", "-arch=sm_90", f"-I{REPO / 'kernels'}", f"-I{tmp_path}", "-c",
+                            str(tmp_path / "rows.cu"), "-o", str(tmp_path / "rows.o")],
+                           capture_output=True, text=True, timeout=600)
+    assert built.returncode == 0, built.stderr[-3000:]
+    symbols = subprocess.run(["nm", "-C", str(tmp_path / "rows.o")], capture_output=True, text=True, check=True).stdout
+    assert "shift_rows::cuda::forward(void const*, void const*, void const*, void*, long, long, float" in symbols
+    assert "shift_rows::cuda::backward_workspace_floats(long, long)" in symbols
 
 
 def test_a_cuda_file_and_the_declaration_that_disagree_are_named(tmp_path):
@@ -288,3 +359,29 @@ def test_a_cuda_file_and_the_declaration_that_disagree_are_named(tmp_path):
         "launchers are written from kernels/gen_op.h's functions. Remove the file, or declare its launchers your "
         "own."]
     assert own_kernel_problems(REPO / "kernels") == []
+
+
+def test_the_generated_row_loops_vectorise(tmp_path):
+    """kernels/rowwise_cpu.h's AVX-512 clone around SHIFT's functions, as the generated sources write it, runs
+    on 16 lanes: the row sums and the outputs in zmm registers (GCC vectorises the plain loops)."""
+    import platform
+    import shutil
+
+    from opspec.codegen import row_loops
+
+    if shutil.which("g++") is None or shutil.which("objdump") is None:
+        pytest.skip("no g++ or objdump here")
+    if platform.machine() != "x86_64":
+        pytest.skip(f"the AVX-512 clone is x86-64's; this is {platform.machine()}")
+    (tmp_path / "shift_rows.h").write_text(textwrap.dedent(MATH["shift_rows.h"]))
+    source = tmp_path / "rows.cc"
+    source.write_text(row_loops(SHIFT) + "void run(const float* x, const float* w, const float* b, float* y, long rows, "
+                      "long cols) {\n  shift_rows::forward_rows(x, w, b, y, rows, cols, 2.0f);\n}\n")
+    built = subprocess.run(["g++", "-O2", "-std=c++17", f"-I{REPO / 'kernels'}", f"-I{tmp_path}", "-c", str(source),
+                            "-o", str(tmp_path / "rows.o")], capture_output=True, text=True, timeout=300)
+    assert built.returncode == 0, built.stderr[-3000:]
+    listing = subprocess.run(["objdump", "-d", "--no-show-raw-insn", "-C", str(tmp_path / "rows.o")],
+                             capture_output=True, text=True, check=True, timeout=60).stdout
+    clone = listing.split("forward_rows_avx512<", 1)[1].split("\n\n", 1)[0]
+    vector = [line for line in clone.splitlines() if "zmm" in line and ("vadd" in line or "vsub" in line or "vfmadd" in line)]
+    assert len(vector) >= 4, clone[-4000:]

@@ -108,14 +108,13 @@ def _model(nodes, initializers, inputs):
 def _fused(spec, model):
     """The model after the op's rules, as (node types, the fused node's attributes, the report)."""
     import onnx_ir as ir
-    from onnxscript import rewriter
 
-    from ops.fuse import FuseReport
+    from ops.fuse import FuseReport, apply_rules
     from ops.onnx_parts import DeclaredOnnx
 
     report = FuseReport()
     graph = ir.from_proto(model)
-    rewriter.RewriteRuleSet(DeclaredOnnx(spec).fuse_rules(report), commute=True).apply_to_model(graph)
+    apply_rules(graph, DeclaredOnnx(spec).fuse_rules(report))
     from onnx_ir.passes.common import RemoveUnusedNodesPass
 
     RemoveUnusedNodesPass()(graph)
@@ -226,3 +225,44 @@ def test_a_fused_node_becomes_the_op_where_its_attributes_say_it_is():
                                                              axis=0)], weights, [("x", ["batch", 32])]))
     assert types == ["LayerNormalization"]
     assert any("its axis is 0, not -1" in reason for reason in report.refused.values())
+
+
+TAILED = OpSpec("tailed", "Tailed", ("X", "w"), {"shift": 0.5}, kind="rowwise",
+                decomposed=lambda op, x, w, shift: op.Add(op.Mul(op.Sub(x, op.ReduceMean(x)), w), shift))
+SOFTMAX = OpSpec("bias_softmax_probe", "BiasSoftmaxProbe", ("X", "bias"), kind="rowwise",
+                 decomposed=lambda op, x, bias: op.Softmax(op.Add(x, bias)))
+
+
+def test_a_form_ending_in_an_attribute_s_node_becomes_one_node():
+    """Without its Add (shift at 0, the identity) the form is part of the whole one, matched at an inner node:
+    whole forms are tried first (ops.fuse.apply_rules), so the Add does not stay beside the fused node."""
+    for shift in (0.5, 0.0):
+        types, attributes, _ = _fused(TAILED, _form_graph(TAILED, [shift]))
+        assert types == ["Tailed"] and attributes == {"shift": pytest.approx(shift)}
+
+
+def test_softmax_is_a_row_op_of_the_forms():
+    """torch.softmax over the last axis in the reference, Softmax(axis=-1) in the graphs; the fuse rule takes
+    the last axis only, and only a rowwise op may use it."""
+    from ops.onnx_parts import torch_reference
+
+    x, bias = torch.randn(3, 5, 32) * 8, torch.randn(32)
+    torch.testing.assert_close(torch_reference(SOFTMAX)(x, bias), torch.softmax(x + bias, -1))
+    assert SOFTMAX.formula == "Softmax(x+bias)"
+    types, _, _ = _fused(SOFTMAX, _form_graph(SOFTMAX, []))
+    assert types == ["BiasSoftmaxProbe"]
+    model = _form_graph(SOFTMAX, [])
+    softmax = next(n for n in model.graph.node if n.op_type == "Softmax")
+    del softmax.attribute[:]
+    softmax.attribute.append(helper.make_attribute("axis", 0))
+    types, _, report = _fused(SOFTMAX, model)
+    assert "BiasSoftmaxProbe" not in types and "the Softmax is over axes [0], not the last one" in "".join(report.lines())
+    with pytest.raises(FormError, match="only a rowwise op does"):
+        OpSpec("bad", "Bad", ("X",), kind="elementwise", decomposed=lambda op, x: op.Softmax(x))
+
+
+def test_an_attribute_the_form_does_not_use_is_refused():
+    """The reference would ignore it and no fuse rule could read it off a file."""
+    with pytest.raises(FormError, match=r"does not use the attribute\(s\) eps: .*use them in the form"):
+        OpSpec("bad", "Bad", ("X",), {"eps": 1e-5, "beta": 1.0}, kind="elementwise",
+               decomposed=lambda op, x, eps, beta: op.Mul(x, op.Sigmoid(op.Mul(x, beta))))

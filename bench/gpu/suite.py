@@ -22,7 +22,7 @@ EXCLUSIVE_MODE_SIGNS = ("cudaErrorDevicesUnavailable", "busy or unavailable")
 
 
 def test_files() -> list[Path]:
-    """tests/test_<op>.py of every registered op that has one, every elementwise op's from its declaration
+    """tests/test_<op>.py of every registered op that has one, every elementwise and row-wise op's from its declaration
     (tests/test_declared_ops.py: a scaffolded op has no file of its own), and the plugin's CUDA kernel tests."""
     from opspec import TORCH_OPS
 

@@ -29,7 +29,7 @@ TARGETS = (
 
 def targets_stage(run: Run, setup: Setup, args) -> list[dict]:
     """Paired ratios of device time (bench.cuda_timing), each pair's two batches behind one spin:
-    Swish's TARGETS on the large workload, and every other op's declared targets (ops/<op>.py) whose
+    Swish's TARGETS on the large workload, and every other op's declared targets (opspec/<op>.py) whose
     rows are PyTorch's (RMSNorm: extension vs F.rms_norm) on its target workload."""
     import torch
 

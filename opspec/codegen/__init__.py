@@ -285,8 +285,8 @@ def _row_launchers(spec: OpSpec) -> str:
 
 
 def own_kernel_problems(kernels: Path, ops: list[OpSpec] | None = None) -> list[str]:
-    """Where the math headers in `kernels` and the declarations disagree on who writes an elementwise op's
-    CUDA launchers: a kernels/<op>_cuda.cu beside generated launchers would define them twice, and an op
+    """Where the math headers in `kernels` and the declarations disagree on who writes an op's CUDA
+    launchers: a kernels/<op>_cuda.cu beside generated launchers would define them twice, and an op
     declaring its own without the file cannot build. One message per op, saying what to do."""
     problems = []
     for spec in plugin_ops() if ops is None else ops:
