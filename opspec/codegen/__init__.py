@@ -208,7 +208,9 @@ def row_math(spec: OpSpec) -> str:
     loads = ", ".join(f"static_cast<T>(cast(w[{i}][j]))" for i in range(k))
     adds = " ".join(f"dw[{i}][j] += d.{weight};" for i, weight in enumerate(weights))
     values = " ".join(f"out[{i}] = c.{weight};" for i, weight in enumerate(weights))
-    return (_O3 + '#include "op_math.h"\n' + row_types(spec) + f'#include "{name}.h"\n' + _O3_END + "\n"
+    # Declared inside the math's options too: GCC inlines only functions of the same options into the row
+    # loops (outside, load() stayed a call per element through the PLT: LayerNorm at 57x F.layer_norm)
+    return (_O3 + '#include "op_math.h"\n' + row_types(spec) + f'#include "{name}.h"\n\n'
             f"namespace {name} {{\n\n"
             f"// What the generic row loops need of kernels/{name}.h (they find its functions by their argument types).\n"
             "struct Declared {\n"
@@ -225,7 +227,7 @@ def row_math(spec: OpSpec) -> str:
             "  template <typename T>\n"
             f"  static MYOPS_HD void values(const Channel<T>& c, T* out) {{ {values} }}\n"
             "};\n\n"
-            f"}}  // namespace {name}\n")
+            f"}}  // namespace {name}\n" + _O3_END)
 
 
 def _row_params(spec: OpSpec, pointer: str, const_pointer: str, backward: bool, extent: str) -> list[str]:
