@@ -1,7 +1,7 @@
 // The elementwise launcher every CUDA op of the lab shares: `op(a[i], b[i])` (b may be absent) over
 // n elements of float, half or bfloat16, computed in float32. A kernel file defines its functors and
-// calls myops_cuda::dispatch (see kernels/swish_cuda.cu), or dispatch_many for several inputs and outputs (a
-// scaffolded op's kernels). Header templates: each .cu instantiates its own.
+// calls myops_cuda::dispatch (see kernels/copy_cuda.cu), or dispatch_many for several inputs and outputs (the
+// launchers opspec/codegen writes from an elementwise op's math). Header templates: each .cu instantiates its own.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -145,6 +145,18 @@ cudaError_t dispatch_many(DType dtype, Op op, const void* const (&in)[kIn], void
   switch (dtype) {
     case DType::kFloat16: return launch_many<__half>(op, in, out, n, stream);
     case DType::kBFloat16: return launch_many<__nv_bfloat16>(op, in, out, n, stream);
+    default: return launch_many<float>(op, in, out, n, stream);
+  }
+}
+
+// The same with another functor for float16 and bfloat16 storage (an op's faster 16-bit forward:
+// opspec forward_16bit).
+template <typename DType, int kIn, int kOut, typename Op, typename Op16>
+cudaError_t dispatch_many(DType dtype, Op op, Op16 op16, const void* const (&in)[kIn], void* const (&out)[kOut],
+                          int64_t n, cudaStream_t stream) {
+  switch (dtype) {
+    case DType::kFloat16: return launch_many<__half>(op16, in, out, n, stream);
+    case DType::kBFloat16: return launch_many<__nv_bfloat16>(op16, in, out, n, stream);
     default: return launch_many<float>(op, in, out, n, stream);
   }
 }

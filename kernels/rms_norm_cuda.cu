@@ -13,7 +13,8 @@
 
 namespace rms_norm {
 namespace cuda {
-// Named and hidden, not anonymous: see swish_cuda.cu (nvcc hashes the path into anonymous names).
+// Named and hidden, not anonymous: nvcc names anonymous namespaces after a hash of the source file's
+// path, which would make two checkouts build different binaries.
 namespace __attribute__((visibility("hidden"))) internal {
 
 constexpr int kThreads = 256;       // the scalar kernels' block, and the packed kernels' aim

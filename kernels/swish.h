@@ -2,7 +2,8 @@
 //
 // The one home of the forward and backward math. Header-only and free of torch and of
 // onnxruntime: the PyTorch extension (ops/) and the ORT plugin (ort_plugin/) both include it,
-// so the two layers cannot drift apart. CUDA kernels live next door in swish_cuda.cu.
+// so the two layers cannot drift apart. The CUDA launchers are written around forward, forward_16bit
+// and backward by opspec/codegen.
 #pragma once
 
 #include <cmath>
@@ -95,31 +96,36 @@ SWISH_HOST_DEVICE T sigmoid(T z) {
 // x / (1 + e^-z) is x * sigmoid(z) with one rounding less and one division instead of a division
 // and a product; the special cases stay those of the reference: x = -inf gives -inf / inf = NaN,
 // x = +inf gives inf, very negative finite x gives -0.
+// Out-parameter forms, as the launchers opspec/codegen writes call an elementwise op's math.
 template <typename T>
-SWISH_HOST_DEVICE T forward(T x, T beta) {
-  return x / (T(1) + exp_any(-(beta * x)));
+SWISH_HOST_DEVICE void forward(T x, T beta, T& y) {
+  y = x / (T(1) + exp_any(-(beta * x)));
 }
 
-#if defined(__CUDACC__)
-// The forward for float16 and bfloat16 storage on the GPU: the hardware's approximate exp
+// The forward for float16 and bfloat16 storage on the GPU (opspec/swish.py: forward_16bit): the hardware's approximate exp
 // (ex2.approx) and division. Their error, a few float32 ulp (more as |beta x| nears 88), is far
 // below one ulp of the 16-bit result, which is then within one ulp of forward() rounded once. Where
 // 1 + e^-(beta x) exceeds 2^126 the result is 0, not a value below 1e-36. The accurate forms spend
 // two multi-instruction sequences per element: on an H200 the float16 kernel was arithmetic-bound
 // at 1.14x a copy's time (ncu: SM 84 %, DRAM 57 %), and 1.01x with these (SM 71 %, DRAM 81 %).
-__device__ __forceinline__ float forward_16bit(float x, float beta) {
-  return __fdividef(x, 1.0f + __expf(-(beta * x)));
-}
+// Elsewhere (the host) it is forward.
+template <typename T>
+SWISH_HOST_DEVICE void forward_16bit(T x, T beta, T& y) {
+#if defined(__CUDA_ARCH__)
+  y = __fdividef(x, 1.0f + __expf(-(beta * x)));
+#else
+  forward(x, beta, y);
 #endif
+}
 
 // d/dx [x * s(beta x)] = s + beta * x * s * (1 - s), evaluated as autograd does:
 // the Mul's two branches, then sigmoid_backward (grad * (1 - s) * s), then the scale by beta.
 template <typename T>
-SWISH_HOST_DEVICE T backward(T grad, T x, T beta) {
+SWISH_HOST_DEVICE void backward(T grad, T x, T beta, T& dx) {
   const T s = sigmoid(beta * x);
   const T through_mul = grad * s;
   const T through_sigmoid = (grad * x) * (T(1) - s) * s;
-  return through_mul + through_sigmoid * beta;
+  dx = through_mul + through_sigmoid * beta;
 }
 
 // Contiguous spans for the CPU kernels: the callers split the work across their own thread pool
@@ -128,11 +134,11 @@ namespace detail {
 
 #define SWISH_DEFINE_SPANS(SUFFIX, ATTRIBUTES)                                                     \
   ATTRIBUTES inline void forward_span_##SUFFIX(const float* x, float* y, int64_t n, float beta) {  \
-    for (int64_t i = 0; i < n; ++i) y[i] = forward(x[i], beta);                                    \
+    for (int64_t i = 0; i < n; ++i) forward(x[i], beta, y[i]);                                     \
   }                                                                                                \
   ATTRIBUTES inline void backward_span_##SUFFIX(const float* grad, const float* x, float* dx,      \
                                                 int64_t n, float beta) {                           \
-    for (int64_t i = 0; i < n; ++i) dx[i] = backward(grad[i], x[i], beta);                         \
+    for (int64_t i = 0; i < n; ++i) backward(grad[i], x[i], beta, dx[i]);                          \
   }
 
 SWISH_DEFINE_SPANS(baseline, )
@@ -462,12 +468,12 @@ inline void backward_span(const float* grad, const float* x, float* dx, int64_t 
 
 // float64 exists for gradcheck only; plain libm is fine there.
 inline void forward_span(const double* x, double* y, int64_t n, double beta) {
-  for (int64_t i = 0; i < n; ++i) y[i] = forward(x[i], beta);
+  for (int64_t i = 0; i < n; ++i) forward(x[i], beta, y[i]);
 }
 
 inline void backward_span(const double* grad, const double* x, double* dx, int64_t n,
                           double beta) {
-  for (int64_t i = 0; i < n; ++i) dx[i] = backward(grad[i], x[i], beta);
+  for (int64_t i = 0; i < n; ++i) backward(grad[i], x[i], beta, dx[i]);
 }
 
 }  // namespace swish

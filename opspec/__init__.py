@@ -81,6 +81,10 @@ class OpSpec:
     # elementwise op's one-element forward and backward, a rowwise op's per-element functions
     # (accumulate, merge, finish, forward, ...: kernels/rowwise_cpu.h).
     own_kernels: tuple[str, ...] = ()
+    # An elementwise op whose math header also defines forward_16bit (forward's arguments), a faster form for
+    # float16 and bfloat16 storage on CUDA whose error stays below one ulp of the 16-bit result (Swish's
+    # fast exp and division): the generated launchers use it for those types, forward for float32.
+    forward_16bit: bool = False
     # The torch side, where the op has no ops/<name>.py (ops.registry makes its TorchOp from these): PyTorch's
     # own function as an expression in the torch inputs and attributes, torch and F (its bench row is
     # native_row, default torch_native_<name>); layer 1's tolerances, dtype -> (rtol, atol); the bench
@@ -119,6 +123,10 @@ class OpSpec:
                              f"weights and give one output (it has inputs {self.inputs}, full_inputs={self.full_inputs}, "
                              f"outputs {self.outputs}); declare own_kernels=(\"cpu\", \"cuda\") and write them in "
                              f"kernels/{self.name}.h and kernels/{self.name}_cuda.cu")
+        if self.forward_16bit and (self.kind != "elementwise" or "cuda" in self.own_kernels):
+            raise ValueError(f"OpSpec {self.name!r}: forward_16bit is read by the CUDA launchers written from an "
+                             "elementwise op's math; an op of another kind, or one with its own launchers "
+                             "(own_kernels=(..., \"cuda\")), picks its 16-bit forms itself")
         if not 1 <= self.full_inputs <= len(self.inputs):
             raise ValueError(f"OpSpec {self.name!r}: full_inputs={self.full_inputs} must be 1 to {len(self.inputs)}, "
                              "the count of its inputs that have X's shape")

@@ -9,8 +9,10 @@ def decomposed(op, x, beta):
 SPEC = OpSpec(
     "swish", "Swish", ("X",), {"beta": 1.0}, kind="elementwise",
     decomposed=decomposed,
-    # hand-written AVX-512/AVX2/NEON loops, and a 16-bit CUDA form with the fast exp (kernels/swish*.h)
-    own_kernels=("cpu", "cuda"),
+    # hand-written AVX-512/AVX2/NEON loops (kernels/swish.h); on CUDA the generated launchers, with the
+    # fast exp and division for 16-bit storage
+    own_kernels=("cpu",),
+    forward_16bit=True,
     fused_nodes=(
         # ai.onnx Swish, added in opset 24 with alpha defaulting to 1.0 (onnx/defs/math/defs.cc, Swish-24)
         FusedNode("Swish", attributes={"beta": "alpha"}, defaults={"alpha": 1.0}, opset=24),

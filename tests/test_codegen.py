@@ -342,6 +342,39 @@ def test_the_launchers_of_an_op_with_inputs_outputs_and_an_attribute_compile(tmp
     assert "shift_rows::cuda::backward_workspace_floats(long, long)" in symbols
 
 
+def test_a_declared_16bit_forward_serves_16bit_storage_only(tmp_path, in_ci):
+    """forward_16bit=True (Swish's): the generated launchers call the math's forward_16bit for float16 and
+    bfloat16 storage and forward for float32, read off nvcc's PTX (the approximate division in the 16-bit
+    kernels only); an op whose launchers are not generated from element functions cannot declare it."""
+    import re
+    import shutil
+
+    from opspec import OPS
+    from opspec.codegen import launchers
+
+    with pytest.raises(ValueError, match="forward_16bit is read by the CUDA launchers"):
+        OpSpec("own16", "Own16", ("X",), kind="elementwise", own_kernels=("cuda",), forward_16bit=True)
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        if in_ci:
+            pytest.fail("nvcc is expected on CI machines of this kind")
+        pytest.skip("nvcc not installed")
+    (tmp_path / "launch.cu").write_text(launchers(OPS["swish"]))
+    built = subprocess.run([nvcc, "-std=c++17", "-O3", "-ptx", "-arch=compute_90", f"-I{REPO / 'kernels'}",
+                            str(tmp_path / "launch.cu"), "-o", str(tmp_path / "launch.ptx")],
+                           capture_output=True, text=True, timeout=600)
+    assert built.returncode == 0, built.stderr[-3000:]
+    kernels = {}
+    for body in re.split(r"// \.globl\s+", (tmp_path / "launch.ptx").read_text())[1:]:
+        name = body.split()[0]
+        storage = "half" if "6__half" in name else "bfloat16" if "nv_bfloat16" in name else "float"
+        kernels[(storage, "Forward16" if "Forward16" in name else "Forward" if "Forward" in name else "Backward")] = body
+    assert sorted(kernels) == [("bfloat16", "Backward"), ("bfloat16", "Forward16"), ("float", "Backward"),
+                               ("float", "Forward"), ("half", "Backward"), ("half", "Forward16")]
+    assert "div.approx" in kernels[("half", "Forward16")] and "div.approx" in kernels[("bfloat16", "Forward16")]
+    assert "div.rn" in kernels[("float", "Forward")] and "div.approx" not in kernels[("float", "Forward")]
+
+
 def test_a_cuda_file_and_the_declaration_that_disagree_are_named(tmp_path):
     """kernels/<op>_cuda.cu beside generated launchers would link twice; own launchers declared without the
     file cannot build: each is one message saying what to do, and the lab's own catalogue has none."""

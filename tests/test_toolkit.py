@@ -8,6 +8,7 @@ import pytest
 
 from lab import debian, matrix, toolkit
 from lab.cuda_archs import compare, compiled_archs, expected_archs
+from opspec import OPS, codegen
 
 REPO = toolkit.REPO
 
@@ -41,10 +42,12 @@ def test_entries_that_share_a_compiler_share_its_assembly(cuda12_toolkit):
 
 def test_it_compiles_the_shared_kernels_for_the_asked_architectures(cuda12_toolkit, tmp_path):
     archs = ["8.0", "9.0+PTX"]
-    obj = tmp_path / "swish_cuda.o"
+    obj = tmp_path / "swish_launch.o"
+    source = tmp_path / "swish_launch.cu"  # Swish's CUDA launchers, as the builds write them from its math
+    source.write_text(codegen.launchers(OPS["swish"]))
     gencode = ["-gencode=arch=compute_80,code=sm_80", "-gencode=arch=compute_90,code=[sm_90,compute_90]"]
     result = subprocess.run([str(cuda12_toolkit / "bin" / "nvcc"), "-c", "-O3", "-std=c++17", *gencode,
-                             "-Xcompiler", "-fPIC", str(REPO / "kernels" / "swish_cuda.cu"), "-o", str(obj)],
+                             "-Xcompiler", "-fPIC", f"-I{REPO / 'kernels'}", str(source), "-o", str(obj)],
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-2000:]
     have = compiled_archs(obj, str(cuda12_toolkit / "bin" / "cuobjdump"))

@@ -1,6 +1,6 @@
 """The ORT plugin's CUDA kernel against Swish in float64, on GPU hosts with or without an
 onnxruntime-gpu: through the harness (plugin_harness.cu beside this file: the plugin's launch path,
-compiled from the same kernels/swish_cuda.cu with the plugin's flags) and, where onnxruntime has a
+compiled from the same generated launchers with the plugin's flags) and, where onnxruntime has a
 CUDA execution provider, through the plugin itself. tests/test_plugin_cuda.py runs both; bench.gpu_check
 builds the harness once for them (MYOPS_PLUGIN_HARNESS) and times it against a copy.
 
@@ -34,9 +34,20 @@ class Unavailable(Exception):
 
 
 def harness_command(nvcc: str, arch: str, output: Path) -> list[str]:
-    """The plugin's compilation of kernels/swish_cuda.cu (CMake Release: -O3 -DNDEBUG, C++17), one arch."""
+    """The plugin's compilation of Swish's CUDA launchers (CMake Release: -O3 -DNDEBUG, C++17), one arch.
+    Writes the launchers as the plugin's build does (opspec/codegen), and their declarations for the
+    harness to include, beside output."""
+    from opspec import OPS, codegen
+
+    spec = OPS["swish"]
+    output.parent.mkdir(parents=True, exist_ok=True)
+    launchers = output.parent / f"{codegen.PREFIX}{spec.name}_launch.cu"
+    launchers.write_text(codegen.launchers(spec))
+    (output.parent / "harness_launchers.h").write_text(
+        "#pragma once\n#include <cstdint>\n#include <cuda_runtime_api.h>\n#include \"cuda_dtype.h\"\n"
+        + codegen.launcher_declarations(spec))
     return [nvcc, "-std=c++17", "-O3", "-DNDEBUG", f"-gencode=arch=compute_{arch},code=sm_{arch}",
-            f"-I{KERNELS}", str(HARNESS_SOURCE), str(KERNELS / "swish_cuda.cu"), "-o", str(output)]
+            f"-I{KERNELS}", f"-I{output.parent}", str(HARNESS_SOURCE), str(launchers), "-o", str(output)]
 
 
 def start_harness_build(nvcc: str, arch: str, build_dir: Path):

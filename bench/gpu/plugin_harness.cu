@@ -1,7 +1,7 @@
 // The ORT plugin's CUDA launch path without ONNX Runtime, for GPU hosts that have no
-// onnxruntime-gpu: the same call ort_plugin/src/cuda/swish_op.cc makes (swish::cuda::forward on a
-// device buffer and a non-default stream, float32 or float16), compiled from the same
-// kernels/swish_cuda.cu with the plugin's flags. bench/gpu/plugin.py builds and runs it;
+// onnxruntime-gpu: the same call the plugin's Swish kernel makes (swish::cuda::forward on a device
+// buffer and a non-default stream, float32 or float16), compiled from the same launchers, written by
+// opspec/codegen, with the plugin's flags. bench/gpu/plugin.py builds and runs it;
 // tests/test_plugin_cuda.py compares its output with the float64 reference there, and
 // bench.gpu_check times it against a copy.
 //
@@ -27,7 +27,7 @@
 #include <string>
 #include <vector>
 
-#include "swish_cuda.h"
+#include "harness_launchers.h"  // bench/gpu/plugin.py writes it
 
 namespace {
 
@@ -95,7 +95,7 @@ int time_kernel(int argc, char** argv) {
   if (*end != '\0' || n <= 0) return usage("N must be a positive integer");
   const long reps = std::strtol(argv[4], &end, 10);
   if (*end != '\0' || reps <= 0 || reps > 1000) return usage("REPS must be an integer in 1..1000");
-  const swish::cuda::DType dtype = dtype_name == "f16" ? swish::cuda::DType::kFloat16 : swish::cuda::DType::kFloat32;
+  const myops_cuda::DType dtype = dtype_name == "f16" ? myops_cuda::DType::kFloat16 : myops_cuda::DType::kFloat32;
   const size_t bytes = static_cast<size_t>(n) * (dtype_name == "f16" ? 2 : 4);
   cudaStream_t stream = nullptr;
   void* in = nullptr;
@@ -141,7 +141,7 @@ int main(int argc, char** argv) {
   if (argc < 6) return usage("too few arguments");
   const std::string dtype_name = argv[1];
   if (dtype_name != "f32" && dtype_name != "f16") return usage("dtype must be f32 or f16");
-  const swish::cuda::DType dtype = dtype_name == "f16" ? swish::cuda::DType::kFloat16 : swish::cuda::DType::kFloat32;
+  const myops_cuda::DType dtype = dtype_name == "f16" ? myops_cuda::DType::kFloat16 : myops_cuda::DType::kFloat32;
   const size_t elem = dtype_name == "f16" ? 2 : 4;
   char* end = nullptr;
   const long offset = std::strtol(argv[2], &end, 10);

@@ -160,18 +160,25 @@ def launchers(spec: OpSpec, header: bool = True) -> str:
     forward, backward = _launcher_signatures(spec)
     values = _attribute_members(spec)
 
-    def body(struct: str, n_in: int, n_out: int) -> str:
+    def body(struct: str, n_in: int, n_out: int, struct_16bit: str | None = None) -> str:
+        functors_ = [_functor_value(spec, name, values, 'float') for name in (struct, struct_16bit) if name]
         return (f"  const void* const in[{n_in}] = {_list(f'in{k}' for k in range(n_in))};\n"
                 f"  void* const out[{n_out}] = {_list(f'out{k}' for k in range(n_out))};\n"
-                f"  return myops_cuda::dispatch_many(dtype, {_functor_value(spec, struct, values, 'float')}, in, out, n, "
-                "stream);\n")
+                f"  return myops_cuda::dispatch_many(dtype, {', '.join(functors_)}, in, out, n, stream);\n")
+
+    # forward_16bit: the math's faster form for float16 and bfloat16 storage (opspec: forward_16bit)
+    forward_16bit = ("" if not spec.forward_16bit else
+                     f'namespace __attribute__((visibility("hidden"))) {_functor_namespace(spec)} {{\n'
+                     f"// forward_16bit of kernels/{spec.name}.h: float16 and bfloat16 storage\n"
+                     + _functor(spec, "forward_16bit", "Forward16", inputs, outputs) +
+                     f"}}  // namespace {_functor_namespace(spec)}\n")
 
     return ((HEADER.format(name=spec.name) if header else "") +
             f"// myops::{spec.onnx_type}'s CUDA launchers: the one-element functions of kernels/{spec.name}.h over\n"
             "// float, half and bfloat16 storage (kernels/elementwise_cuda.cuh), computed in float32.\n"
-            '#include "cuda_dtype.h"\n#include "elementwise_cuda.cuh"\n' + functors(spec) + "\n" +
+            '#include "cuda_dtype.h"\n#include "elementwise_cuda.cuh"\n' + functors(spec) + forward_16bit + "\n" +
             f"namespace {spec.name} {{\nnamespace cuda {{\n\n"
-            f"{forward} {{\n{body('Forward', inputs, outputs)}}}\n\n"
+            f"{forward} {{\n{body('Forward', inputs, outputs, 'Forward16' if spec.forward_16bit else None)}}}\n\n"
             f"{backward} {{\n{body('Backward', outputs + inputs, inputs)}}}\n\n"
             f"}}  // namespace cuda\n}}  // namespace {spec.name}\n")
 
