@@ -15,17 +15,13 @@ from pathlib import Path
 PATHS = {"avx512": ("avx512f", "avx512bw", "avx512dq", "avx512vl"), "avx2": ("avx2", "fma"), "neon": ("asimd",),
          "baseline": ()}
 X86_ONLY = ("avx512", "avx2")
-# Highway's x86 vector targets also use these (kernels/vec_targets.h): without them its kernels run the
-# baseline whatever cpu_isa.h picked.
-HIGHWAY_X86_EXTRAS = ("bmi2", "f16c", "aes", "pclmulqdq")
 # The rows whose work is kernels/swish.h: the PyTorch extension and the plugin's op.
 KERNEL_ROWS = ("torch_extension", "ort_custom")
 
 
-def runnable(cpuinfo: str | None = None, *, highway: bool = False) -> list[str]:
+def runnable(cpuinfo: str | None = None) -> list[str]:
     """The paths this host can run, widest first (x86-64: `flags`, aarch64: `Features`); [] when
-    /proc/cpuinfo names neither (there is nothing to cap). highway: the paths kernels written in
-    Highway's vectors take (an x86 vector path needs HIGHWAY_X86_EXTRAS too)."""
+    /proc/cpuinfo names neither (there is nothing to cap)."""
     if cpuinfo is None:
         path = Path("/proc/cpuinfo")
         cpuinfo = path.read_text() if path.exists() else ""
@@ -36,8 +32,7 @@ def runnable(cpuinfo: str | None = None, *, highway: bool = False) -> list[str]:
         return []
     flags = set((x86 or arm).split(":", 1)[1].split())
     names = [n for n in PATHS if n == "baseline" or (n in X86_ONLY) == (x86 is not None)]
-    extras = set(HIGHWAY_X86_EXTRAS) if highway and x86 is not None else set()
-    return [name for name in names if set(PATHS[name]) | (extras if name in X86_ONLY else set()) <= flags]
+    return [name for name in names if set(PATHS[name]) <= flags]
 
 
 def chosen(requested: list[str], available: list[str]) -> list[str]:

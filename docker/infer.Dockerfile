@@ -31,7 +31,6 @@ ARG PLUGIN_CMAKE_ARGS="" PLUGIN_WHEEL_PLATFORM=""
 # commit's, so a commit that changes no plugin source reuses this step.
 RUN SOURCE_DATE_EPOCH=315532800 CMAKE_ARGS="-DMYOPS_CUDA=${CUDA_MODE} ${PLUGIN_CMAKE_ARGS} \
         -DORT_INCLUDE_DIR=$(dirname "$(ls /plugin-wheel/headers/ort/*/include/onnxruntime_c_api.h)") \
-        -DHWY_INCLUDE_DIR=$(ls -d /plugin-wheel/headers/highway/*/include 2>/dev/null || true) \
         ${CUDA_ARCHITECTURES:+-DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCHITECTURES}}" \
     env ${PLUGIN_WHEEL_PLATFORM:+_PYTHON_HOST_PLATFORM=${PLUGIN_WHEEL_PLATFORM}} \
     /opt/wheel-build/bin/pip wheel --no-cache-dir --no-build-isolation --no-deps --no-index --wheel-dir /wheels \

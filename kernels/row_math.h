@@ -26,7 +26,7 @@ namespace row_math {
 // 2^whole * p for an integer-valued `whole` in [-127, 128]: the exponent bits built from whole + 127
 // (2^23 added as a float puts them in the low bits, no float-to-int conversion); 128 gives +inf,
 // -127 gives 0, and outside that range the bits mean nothing (exp() replaces them). The same method,
-// and the same degree-5 polynomial of 2^f on [0, 1), as kernels/vec_math-inl.h's Exp2.
+// and the same degree-5 polynomial of 2^f on [0, 1), as the earlier Highway form's Exp2 (docs/your-op.md).
 inline float exp2_split(float whole, float fraction) {
   float p = 1.8775727e-3f;
   p = p * fraction + 8.9893444e-3f;

@@ -27,7 +27,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-from . import docker, highway, matrix, ort_headers, platforms, wheel_stage, wheels
+from . import docker, matrix, ort_headers, platforms, wheel_stage, wheels
 from .files import held, shown, write_text_atomic
 
 REPO = Path(__file__).resolve().parent.parent
@@ -145,8 +145,6 @@ def plugin_wheel(entry: dict, *, plat: platforms.Platform = platforms.PRIMARY, l
     headers = ort_headers.resolve(pin=ort_headers.pin_from_matrix(entry["id"]), log=log)
     stage = wheel_stage.stage_plugin(entry, headers, plat, STAGE_ROOT / entry["id"] / f"myops_ort-{plat.machine}", log=log)
     defines = {"ORT_INCLUDE_DIR": headers.include_dir, "MYOPS_CUDA": "OFF", **_cross_compiler(plat)}
-    for path in highway.include_dirs(REPO, log=log):
-        defines["HWY_INCLUDE_DIR"] = path
     settings = [f"cmake.define.{key}={value}" for key, value in defines.items()]
     # a new build folder every time: a CMake cache keeps its compiler, and the plugin builds in seconds
     settings.append(f"build-dir={wheel_stage.fresh(STAGE_ROOT / entry['id'] / f'myops_ort-{plat.machine}-build')}")
@@ -218,13 +216,10 @@ def _torch_stage(entry: dict, log) -> Path:
                             "`from opspec import NAME`, as the other ops do")
         (package / "ops" / module.name).write_text(text, encoding="utf-8")
     # the extension's sources as ops/build.py finds them: ops/csrc/*.cpp (CPU) and csrc/cuda/*.cu, the kernels
-    # they include, and Highway's headers inside the stage (it is built in a container for a CUDA entry)
+    # they include
     wheel_stage.copy_tree(REPO / "ops" / "csrc", stage / "csrc")
     wheel_stage.copy_tree(REPO / "kernels", stage / "kernels")
     include_dirs = ["kernels"]
-    for path in highway.include_dirs(REPO, log=log):
-        wheel_stage.copy_tree(path, stage / "headers" / "highway")
-        include_dirs.append("headers/highway")
     config = {"version": VERSION, "entry": entry["id"], "cuda": entry["device"] == "cuda",
               "include_dirs": include_dirs}
     write_text_atomic(stage / "build_config.json", json.dumps(config, indent=2, sort_keys=True) + "\n")
@@ -434,8 +429,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         build_all(args.entry, out, kinds=(args.only,) if args.only else ("ort", "torch"), plat=platforms.get(args.arch),
                   no_cache=args.no_cache)
-    except (DistError, ort_headers.HeadersNotFound, platforms.PlatformError, matrix.MatrixError,
-            highway.HighwayNotFound) as exc:
+    except (DistError, ort_headers.HeadersNotFound, platforms.PlatformError, matrix.MatrixError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     return 0

@@ -22,7 +22,7 @@ import time
 import zlib
 from pathlib import Path
 
-from . import debian, highway, matrix, platforms, toolkit, wheel_stage, wheels
+from . import debian, matrix, platforms, toolkit, wheel_stage, wheels
 from .files import held, write_text_atomic
 
 REPO = Path(__file__).resolve().parent.parent
@@ -243,9 +243,6 @@ def _sources(dest: Path, headers) -> None:
             _link_or_copy(source, dest / name)
     # Inside the images src/ is /lab (or /src) with XDG_CACHE_HOME=<it>/.cache: the header cache layout.
     shutil.copytree(headers.include_dir, dest / ".cache" / "myops-lab" / "ort-headers" / headers.version / "include")
-    if highway.needed(REPO):  # an op whose CPU kernels build on Highway: its headers, in the same layout
-        shutil.copytree(highway.resolve().include_dir,
-                        dest / ".cache" / "myops-lab" / "highway" / highway.VERSION / "include")
 
 
 def prepare_context(entry: dict, locks: dict, toolkit_home: Path | None, *, cuda_architectures: str = "",

@@ -49,7 +49,7 @@ CPP_RESERVED = {
     "fma", "fmax", "fmin", "fmod", "hypot", "log", "log10", "log1p", "log2", "max", "min", "pow", "round", "sin",
     "sinh", "sqrt", "tan", "tanh", "trunc", "div", "signbit", "isnan", "isinf",
     "std", "at", "c10", "torch", "cpu", "cuda", "myops", "myops_cuda", "internal", "ops", "onnx",
-    "hwy", "hn", "vm", "vec", "vec_math", "vec_targets", "cpu_isa", "row_math",
+    "cpu_isa", "row_math", "op_math",
 }
 # What a --native expression may name: the op's input and PyTorch (and a row-wise op's weights and attributes).
 NATIVE_NAMES = {"x", "torch", "F"}

@@ -8,7 +8,7 @@ import os
 import shutil
 from pathlib import Path
 
-from . import highway, ort_headers, platforms
+from . import ort_headers, platforms
 from .files import write_text_atomic
 
 REPO = Path(__file__).resolve().parent.parent
@@ -48,7 +48,7 @@ def distribution_name(entry: dict) -> str:
 def stage_plugin(entry: dict, headers: ort_headers.Headers, plat: platforms.Platform, stage: Path, *,
                  cuda_architectures: str = "", with_headers: bool = False, log=print) -> Path:
     """The plugin wheel's source folder: wheels/myops_ort with the plugin's sources, the op catalogue
-    and build.json. with_headers: the pinned ORT (and Highway) headers too, under headers/ (the infer
+    and build.json. with_headers: the pinned ORT headers too, under headers/ (the infer
     image's plugin stage builds from this folder alone)."""
     fresh(stage)
     copy_tree(REPO / "wheels" / "myops_ort", stage)
@@ -71,7 +71,5 @@ def stage_plugin(entry: dict, headers: ort_headers.Headers, plat: platforms.Plat
     write_text_atomic(stage / "myops_ort" / "build.json", json.dumps(build, indent=2, sort_keys=True) + "\n")
     if with_headers:
         copy_tree(Path(headers.include_dir), stage / "headers" / "ort" / headers.version / "include")
-        if highway.needed(REPO):
-            copy_tree(highway.resolve(log=log).include_dir, stage / "headers" / "highway" / highway.VERSION / "include")
     normalise_modes(stage)
     return stage

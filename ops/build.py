@@ -13,7 +13,6 @@ import sys
 import time
 from pathlib import Path
 
-from lab import highway
 from lab.provenance import first_line
 from opspec import TORCH_OPS, codegen
 
@@ -96,7 +95,7 @@ def build(verbose: bool = False) -> Path:
     lib = cpp_extension.load(
         name=LIB_NAME,
         sources=[str(s) for s in sources],
-        extra_include_paths=[str(KERNELS), *map(str, ADAPTER_INCLUDES), *map(str, highway.include_dirs(REPO, log=lambda m: print(m, file=sys.stderr)))],
+        extra_include_paths=[str(KERNELS), *map(str, ADAPTER_INCLUDES)],
         # No -std here: cpp_extension passes the one torch's headers need (C++20; a later -std=c++17
         # would override it, and torch 2.14's headers no longer compile as C++17).
         extra_cflags=["-O3", *_openmp_flags(), *_path_free_flags(build_dir)],

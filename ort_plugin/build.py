@@ -22,7 +22,7 @@ from pathlib import Path
 
 from lab.provenance import first_line
 
-from lab import highway, ort_headers
+from lab import ort_headers
 from lab.files import held
 
 PLUGIN_DIR = Path(__file__).resolve().parent
@@ -91,8 +91,6 @@ def build(*, cuda: str = "AUTO", include_dir: str | None = None, sanitize: bool 
         f"-DMYOPS_SANITIZE={SANITIZERS if sanitize else ''}",
         # the interpreter that writes the declared ops' sources (opspec.codegen): this one
         f"-DPython3_EXECUTABLE={sys.executable}",
-        # An op whose CPU kernels build on Highway (kernels/<op>_vec-inl.h): its pinned headers.
-        *[f"-DHWY_INCLUDE_DIR={path}" for path in highway.include_dirs(REPO, log=log)],
     ]
     if cuda_architectures:  # CMake syntax ("80-real;90"); else the cached value, CMakeLists.txt's default at first
         configure.append(f"-DCMAKE_CUDA_ARCHITECTURES={cuda_architectures}")
