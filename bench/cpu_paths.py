@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from opspec import PRIMARY
+
 # MYOPS_CPU_ISA values, widest first, and the CPU flags each needs (as cpu_isa::detect() in kernels/cpu_isa.h);
 # on aarch64 NEON is always there ("Features" in /proc/cpuinfo name it asimd).
 PATHS = {"avx512": ("avx512f", "avx512bw", "avx512dq", "avx512vl"), "avx2": ("avx2", "fma"), "neon": ("asimd",),
@@ -51,7 +53,7 @@ def chosen(requested: list[str], available: list[str]) -> list[str]:
 
 def capped_specs(specs: list[dict], paths: list[str]) -> list[dict]:
     """Copies of the activation's kernel rows, one per path; ORT's at the newest opset only."""
-    kernel = [s for s in specs if s["workload"] == "swish" and s["row"] in KERNEL_ROWS]
+    kernel = [s for s in specs if s["workload"] == PRIMARY and s["row"] in KERNEL_ROWS]
     newest = max((s["opset"] for s in kernel if s.get("opset")), default=None)
     kernel = [s for s in kernel if s.get("opset") in (None, newest)]
     return [dict(s, isa=path) for path in paths for s in kernel]

@@ -12,14 +12,16 @@ from __future__ import annotations
 from collections import defaultdict
 from pathlib import Path
 
+from opspec import OPS, PRIMARY
+
 from .cpu_paths import PATHS
 from infer.rows import COPY_ROWS, KEY
 from .stats import Summary, overlap, summarise
 
 
 # Short names of the rows (row, ORT level), for the "within noise of" column and the sweep.
-SHORT = {("torch_composite", ""): "composite", ("torch_extension", ""): "extension", ("torch_silu", ""): "F.silu",
-         ("torch_rms_norm", ""): "F.rms_norm",
+SHORT = {("torch_composite", ""): "composite", ("torch_extension", ""): "extension",
+         **{(spec.native_row, ""): spec.native_function for spec in OPS.values() if spec.native_row},  # F.silu ...
          ("torch_compile", ""): "compile", ("torch_copy", ""): "clone", ("torch_copy_into", ""): "copy_",
          ("ort_composite", "all"): "ORT default", ("ort_composite", "basic"): "ORT BASIC",
          ("ort_custom", "all"): "ORT custom", ("ort_copy", "all"): "Identity", ("ort_plugin_copy", "all"): "plugin Copy"}
@@ -115,11 +117,11 @@ def isa_lines(capped: list[dict], rows: list[dict], groups: dict) -> list[str]:
             return "-"
         return f"{a.median / b.median:.2f}x" + (" (within noise)" if overlap(a, b) else "")
 
-    silu, quick_gelu = find(peers, "torch_silu"), find(peers, "ort_composite", "all")
+    silu, quick_gelu = find(peers, OPS[PRIMARY].native_row), find(peers, "ort_composite", "all")
     when = ("in the same interleaved rounds as the rows above" if same_run else
             f"in an earlier run ({stamp}) than the rows above, so the ratios mix two runs")
     lines = [f"## CPU paths of the kernel (activation alone, {capped[0]['shape']})", "",
-             "Each path of kernels/swish.h measured in processes started with MYOPS_CPU_ISA capping it (`bench.run "
+             f"Each path of kernels/{PRIMARY}.h measured in processes started with MYOPS_CPU_ISA capping it (`bench.run "
              f"--isa`), {when}. The ratios are of the rows' medians (separate processes, not paired); '(within "
              "noise)' where the two intervals overlap. ORT's QuickGelu is its MLAS kernel; F.silu is PyTorch's own "
              "vectorised one.", "",

@@ -34,6 +34,9 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from infer.workloads import WORKLOADS
+from opspec import PRIMARY
+
 from .cross_machine_diff import Target, TargetFailed, infer_image, parse_target
 
 # Columns an emulated run leaves empty: under qemu-user they measure the emulator.
@@ -42,7 +45,7 @@ EMULATED_EMPTY = ("p20_ms", "p50_ms", "p80_ms", "ci_low_ms", "ci_high_ms", "proc
 EMULATED_METHOD = "not timed: emulated (qemu-user)"
 MACHINE_OF = {"x86_64": "amd64", "aarch64": "arm64"}
 # Under emulation every row runs, but briefly: its figures are discarded anyway.
-EMULATED_ARGS = ["--workload", "swish", "--warmup", "1", "--runs", "3"]
+EMULATED_ARGS = ["--workload", PRIMARY, "--warmup", "1", "--runs", "3"]
 
 
 @dataclass
@@ -268,7 +271,7 @@ def across_hosts(results: Path) -> Path | None:
 
     from .report import FOUR_ROWS, _opsets, _pick
 
-    rows = [r for r in host_rows(results) if r["workload"] == "swish" and not r.get("isa")]
+    rows = [r for r in host_rows(results) if r["workload"] == PRIMARY and not r.get("isa")]
     if not rows:
         return None
     devices = sorted({r["device"] for r in rows})
@@ -383,7 +386,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=3600, help="seconds each target may take in all")
     parser.add_argument("--results", type=Path, default=Path(__file__).resolve().parent.parent / "results")
     runner = parser.add_argument_group("passed to the infer image's bench")
-    runner.add_argument("--workload", nargs="+", choices=["swish", "swish_large", "ffn"])
+    runner.add_argument("--workload", nargs="+", choices=sorted(WORKLOADS))
     for name in ("--threads", "--warmup", "--runs", "--ffn-warmup", "--ffn-runs", "--opset"):
         runner.add_argument(name, type=int)
     runner.add_argument("--exporter", choices=["dynamo", "torchscript"])

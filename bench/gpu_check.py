@@ -32,6 +32,8 @@ import time
 import warnings
 from pathlib import Path
 
+from opspec import PRIMARY
+
 from .gpu import plugin, rows, suite, targets
 from .gpu.build import build_extension
 from .gpu.host import HostError, Setup, no_gpu_message, preflight
@@ -155,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
         run.check("build", "plugin harness compiled with nvcc", harness_built)
         if built:
             built = run.check("build", "the op runs on this GPU",
-                              lambda: str(torch.ops.myops.swish(torch.ones(4, device=rows.DEVICE), 1.0).tolist()))
+                              lambda: str(getattr(torch.ops.myops, PRIMARY)(torch.ones(4, device=rows.DEVICE)).tolist()))
     if not built:
         summary(run, [])
         return 1

@@ -15,7 +15,7 @@ from pathlib import Path
 from lab.files import read_csv, write_text_atomic
 
 from infer.workloads import WORKLOADS
-from opspec import OPS
+from opspec import OPS, PRIMARY
 
 from . import cpu_summary
 from .cpu_summary import SHORT
@@ -34,7 +34,9 @@ FOUR_ROWS = [
     ("ONNX Runtime, native composite (BASIC level)", "ort_composite", "basic"),
     ("ONNX Runtime, custom op", "ort_custom", "all"),
 ]
-NATIVE_TITLES = {"torch_silu": "torch.nn.functional.silu", "torch_rms_norm": "torch.nn.functional.rms_norm"}
+# each op's native function as its declaration writes it (F.silu(x) -> torch.nn.functional.silu)
+NATIVE_TITLES = {spec.native_row: "torch.nn.functional." + spec.native_function.removeprefix("F.")
+                 for spec in OPS.values() if spec.native_row and spec.native.startswith("F.")}
 REFERENCE_ROWS = [
     *((NATIVE_TITLES.get(spec.native_row, f"PyTorch's own ({spec.native_row})"), spec.native_row, "")
       for spec in OPS.values() if spec.native_row),
@@ -51,14 +53,14 @@ BACKWARD_ROWS = [
       for spec in OPS.values() if spec.native_row),
 ]
 ALL_ROWS = FOUR_ROWS + REFERENCE_ROWS + BACKWARD_ROWS
-# Swish first (the lab's first op), then the others' as opspec declares them.
-WORKLOAD_TITLES = {name: w.title for name, w in sorted(WORKLOADS.items(), key=lambda item: item[1].op != "swish")}
+# The first op's first (opspec.PRIMARY: the seed's Swish), then the others' as opspec declares them.
+WORKLOAD_TITLES = {name: w.title for name, w in sorted(WORKLOADS.items(), key=lambda item: item[1].op != PRIMARY)}
 DTYPES = ["float32", "float16", "bfloat16"]
 
 
 def _op(row: dict) -> str:
-    """The row's op; rows written before the op column were all Swish's."""
-    return row.get("op") or "swish"
+    """The row's op; rows written before the op column were all the first op's."""
+    return row.get("op") or PRIMARY
 
 
 def _coefficient(row: dict) -> str:
@@ -195,7 +197,7 @@ def across_entries(all_rows: list[dict], path: Path) -> None:
     width = 0.8 / max(len(entries), 1)
     labels = [label for label, _, _ in FOUR_ROWS]
     for i, entry in enumerate(entries):
-        rows = [r for r in all_rows if r["entry"] == entry and r["workload"] == "swish"
+        rows = [r for r in all_rows if r["entry"] == entry and r["workload"] == PRIMARY
                 and r["dtype"] in ("float32", "")]
         opsets = _opsets(rows)
         values = [float(r["p50_ms"]) if (r := _pick(rows, row, level, "opset", opsets[-1] if opsets else "")) else 0.0
@@ -272,7 +274,7 @@ def _other_run_note(section: list[dict], rows: list[dict]) -> list[str]:
     op; the sweep is Swish's): a later run passed --no-sweep or --no-targets (bench.csv is upserted, so
     other rows, the FFN's say, may still be as old as the section)."""
     stamps = [r.get("timestamp") or "" for r in section]
-    ops = {r.get("op") for r in section} - {None, ""} or {"swish"}
+    ops = {r.get("op") for r in section} - {None, ""} or {PRIMARY}
     newest_rows = max((r.get("timestamp") or "" for r in rows if r.get("workload") in ops), default="")
     if not all(stamps) or not newest_rows or max(stamps) >= newest_rows:
         return []
@@ -394,9 +396,9 @@ def _gpu_summary(entry: str, rows: list[dict], targets: list[dict], dtypes: list
 
 
 def chart_names(rows: list[dict]) -> dict[str, tuple[str, str]]:
-    """Per op, its latency and memory charts: Swish's keep their names, other ops' are prefixed."""
-    ops = sorted({_op(r) for r in rows}, key=lambda op: (op != "swish", op))
-    return {op: ("latency.png", "memory.png") if op == "swish" else (f"{op}_latency.png", f"{op}_memory.png")
+    """Per op, its latency and memory charts: the first op's keep their names, other ops' are prefixed."""
+    ops = sorted({_op(r) for r in rows}, key=lambda op: (op != PRIMARY, op))
+    return {op: ("latency.png", "memory.png") if op == PRIMARY else (f"{op}_latency.png", f"{op}_memory.png")
             for op in ops}
 
 

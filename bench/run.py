@@ -24,9 +24,11 @@ from infer.measure import TORCH_ROWS
 from infer.rows import COLUMNS, copy_models, derive, file_sha256, ort_row_specs, record, samples_of  # noqa: F401 (COLUMNS: imported from here elsewhere)
 from infer.rows import write as write_rows
 from infer.workloads import NATIVE_ROWS, WORKLOADS
+from opspec import PRIMARY
 from . import run_args
 from .cpu_paths import capped_specs, chosen, runnable
 from .rounds import run_child, schedule
+from .torch_rows import native_applies
 from .stats import timing_figures
 
 REPO = Path(__file__).resolve().parent.parent
@@ -52,15 +54,6 @@ def plan(args, opsets: list[int], models: dict, plugin: str) -> list[dict]:
         for opset in opsets:
             specs += ort_row_specs(dict(common, opset=opset, exporter=args.exporter), models[(name, opset)], plugin)
     return specs + capped_specs(specs, args.isa_paths)
-
-
-def native_applies(op: str, beta: float) -> bool:
-    """Whether PyTorch's own function is the op with these attributes on this torch (F.silu is Swish
-    at beta 1 only; F.rms_norm came with torch 2.4): the op's declaration says."""
-    from ops.registry import OPS
-
-    declared = OPS[op]
-    return declared.native is not None and declared.native_applies(declared.attributes(beta=beta))
 
 
 def has_targets(workloads: list[str]) -> bool:
@@ -164,8 +157,8 @@ def main(argv: list[str] | None = None) -> int:
         args.isa_paths = chosen(args.isa, runnable()) if args.isa else []
     except ValueError as exc:
         parser.error(str(exc))
-    if args.isa and "swish" not in args.workload:
-        parser.error("--isa measures the activation alone: add swish to --workload")
+    if args.isa and PRIMARY not in args.workload:
+        parser.error(f"--isa measures the first op alone: add {PRIMARY} to --workload")
     if os.environ.get("MYOPS_CPU_ISA"):
         print(f"[bench] note: MYOPS_CPU_ISA={os.environ['MYOPS_CPU_ISA']} is set, so every row without --isa runs "
               "capped to it although its isa column is empty; unset it to measure the widest path", flush=True)
@@ -219,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
         derive(rows, provenance.cpu_caches())
         print(f"[bench] rows measured ({time.perf_counter() - started:.0f} s since start)", flush=True)
         sweep_rows = []
-        if not args.no_sweep and "swish" in args.workload:
+        if not args.no_sweep and PRIMARY in args.workload:
             from .sweep import run_sweep
 
             sweep_samples, sweep_rows = run_sweep(args, models, plugin, facts)

@@ -21,13 +21,17 @@ from pathlib import Path
 import numpy as np
 
 from infer.measure import _ort_row, keep_freed_blocks
+from opspec import OPS, PRIMARY
 
-from .torch_rows import row_callable
+from .torch_rows import native_applies, row_callable
 from infer.workloads import BYTES_FP32
 
 HIDDEN = 768
-SWEEP_ROWS = [  # (row, ORT level): the four-row comparison's activation rows, F.silu and every copy
-    ("torch_composite", ""), ("torch_extension", ""), ("torch_silu", ""), ("torch_copy", ""), ("torch_copy_into", ""),
+# The first op's (opspec.PRIMARY) study: its native function's row (F.silu for the seed's Swish)
+NATIVE_ROW = OPS[PRIMARY].native_row
+SWEEP_ROWS = [  # (row, ORT level): the four-row comparison's rows, the native function's and every copy
+    ("torch_composite", ""), ("torch_extension", ""), *(((NATIVE_ROW, ""),) if NATIVE_ROW else ()),
+    ("torch_copy", ""), ("torch_copy_into", ""),
     ("ort_composite", "all"), ("ort_custom", "all"), ("ort_copy", "all"), ("ort_plugin_copy", "all"),
 ]
 SEQ = [2**k for k in range(2, 17)]   # rows of 768
@@ -45,7 +49,7 @@ def bytes_moved(seq: int) -> int:
 
 def _callable(spec: dict, x: np.ndarray, work: Path):
     if spec["row"].startswith("torch_"):
-        return row_callable(dict(spec, workload="swish"), (x,))[0]
+        return row_callable(dict(spec, workload=PRIMARY), (x,))[0]
     return _ort_row(spec, (x,), work).call
 
 
@@ -88,10 +92,10 @@ SWEEP_COLUMNS = ["entry", "row", "ort_opt_level", "opset", "threads", "shape", "
 
 
 def sweep_specs(args, models: dict, plugin: str, opset: int) -> list[dict]:
-    paths = models[("swish", opset)]
+    paths = models[(PRIMARY, opset)]
     model_of = {"ort_composite": paths["decomposed"], "ort_custom": paths["custom"], "ort_copy": paths["copy"],
                 "ort_plugin_copy": paths["plugin_copy"]}
-    rows = [r for r in SWEEP_ROWS if args.beta == 1.0 or r[0] != "torch_silu"]
+    rows = [r for r in SWEEP_ROWS if r[0] != NATIVE_ROW or native_applies(PRIMARY, args.beta)]
     return [dict(row=row, beta=args.beta, threads=args.threads, ort_opt_level=level or None,
                  opset=opset if level else None, exporter=args.exporter if level else None,
                  model_path=model_of.get(row), plugin=plugin) for row, level in rows]
@@ -105,7 +109,7 @@ def run_sweep(args, models: dict, plugin: str, facts: dict) -> tuple[list[dict],
     from .rounds import run_child, schedule
     from .stats import summarise
 
-    opset = max(o for (name, o) in models if name == "swish")
+    opset = max(o for (name, o) in models if name == PRIMARY)
     specs = sweep_specs(args, models, plugin, opset)
     caches = cpu_caches()
     print(f"[bench] size sweep: {len(specs)} implementations x {len(SEQ)} sizes ({elements(SEQ[0]):,} to "

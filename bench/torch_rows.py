@@ -18,6 +18,15 @@ from infer.measure import main as measure_main
 from infer.workloads import WORKLOADS, percentiles_ms
 
 
+def native_applies(op: str, beta: float) -> bool:
+    """Whether PyTorch's own function is the op with these attributes on this torch (F.silu is Swish
+    at beta 1 only; F.rms_norm came with torch 2.4): the op's declaration says."""
+    from ops.registry import OPS
+
+    declared = OPS[op]
+    return declared.native is not None and declared.native_applies(declared.attributes(beta=beta))
+
+
 def _torch_functions(op_name: str):
     """Per row: the function the model calls in place of the fused op, and what the row's graph column says."""
     from ops.registry import OPS

@@ -214,7 +214,7 @@ def _graph_nodes(path: Path) -> str:
     return "+".join(sorted(set(names), key=names.index))
 
 
-def _profile_share(trace_path: str, op_type: str = "Swish") -> float | None:
+def _profile_share(trace_path: str, op_type: str) -> float | None:
     """Share of the run time spent in the custom op's nodes (op_type, e.g. Swish), from an ORT chrome trace."""
     events = json.loads(Path(trace_path).read_text())
     runs = sum(e.get("dur", 0) for e in events if e.get("name") == "model_run")

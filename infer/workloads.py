@@ -20,7 +20,7 @@ class Workload:
     seq: int = 512
     hidden: int = 768
     model: str = ""      # which exported model runs it (batch and sequence are dynamic); default: name
-    op: str = "swish"    # the myops op it times (opspec.OPS)
+    op: str = ""         # the myops op it times (opspec.OPS)
     title: str = ""
     gpu_only: bool = False
 

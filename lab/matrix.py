@@ -88,8 +88,8 @@ def _version_problems(name: str, entry: dict) -> list[str]:
     problems = []
     torch_v, ort_v = entry["torch"]["version"], entry["onnxruntime"]["version"]
     if compat.release(torch_v) < compat.TORCH_FLOOR:
-        problems.append(_problem(name, "torch.version", f"torch {torch_v} lacks what ops/swish.py registers "
-                                 f"its fake kernel and autograd with: pin torch >= {compat.TORCH_FLOOR}"))
+        problems.append(_problem(name, "torch.version", f"torch {torch_v} lacks what ops/adapters.py registers "
+                                 f"the ops' fake kernels and autograd with: pin torch >= {compat.TORCH_FLOOR}"))
     unsupported = [e for e in entry["exporters"] if e not in compat.exporters_supported(torch_v)]
     for exporter in unsupported:
         floor = compat.EXPORTER_TORCH[exporter]

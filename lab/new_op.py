@@ -95,7 +95,7 @@ def _check(name: str, onnx_type: str, repo: Path) -> None:
         raise ScaffoldError(f"ONNX op type {onnx_type!r}: use CamelCase starting with a capital (e.g. FastGelu)")
     if (repo / "opspec" / name).is_dir():
         raise ScaffoldError(f"{name!r} is a package of opspec/ (its tools, not an op): choose another name")
-    # ops/<name>.py is an op's optional torch side: a tool of the ops package by that name would be taken for it
+    # a module of the ops package by that name would shadow the op's function there (ops.<name>)
     if (repo / "ops" / f"{name}.py").is_file() or (repo / "ops" / name).is_dir():
         raise ScaffoldError(f"{name!r} is a module of the ops package (ops/{name}), not an op: choose another name")
     taken = {p.stem for p in (repo / "opspec").glob("*.py")}
@@ -397,7 +397,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--onnx-type", help="the ONNX node's op type in the myops domain (default: the name in CamelCase)")
     parser.add_argument("--kind", choices=KINDS, default="elementwise",
                         help="elementwise: y = f(x) per element (default); rowwise: over the last dimension, with "
-                             "per-channel weights and float attributes (LayerNorm, RMSNorm-like ops)")
+                             "per-channel weights and float attributes (norms such as LayerNorm)")
     parser.add_argument("--inputs", metavar="N|x,NAME,...",
                         help="elementwise: how many inputs of one shape (2: x and x2), or their names (x,gate): a "
                              "gated op such as SwiGLU, or bias + activation (default: 1, x)")
@@ -412,7 +412,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="PyTorch's own function for the op, an expression in x (torch, F = torch.nn.functional), "
                              "e.g. \"F.gelu(x, approximate='tanh')\" (rowwise: in x, its weights and attributes, e.g. "
                              "\"F.layer_norm(x, x.shape[-1:], weight, bias, epsilon)\"): the bench shows it as a row, "
-                             "as F.silu is shown for Swish (asked for when not given and a terminal is attached; "
+                             "as F.silu is shown beside the lab's first op (asked for when not given and a terminal is attached; "
                              "empty for none; with --outputs, a tuple of one tensor per output)")
     args = parser.parse_args(argv)
     rowwise = args.kind == "rowwise"

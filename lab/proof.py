@@ -124,7 +124,7 @@ SESSION = r'''
 import sys, onnxruntime as ort
 from pathlib import Path
 artifacts = Path("/opt/myops/artifacts")
-model = sorted(artifacts.glob("swish-decomposed-*.onnx"))[0]
+model = min(artifacts.glob("*-decomposed-*.onnx"), key=lambda path: (path.stat().st_size, path.name))
 options = ort.SessionOptions()
 options.log_severity_level = 3
 try:

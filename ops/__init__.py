@@ -1,13 +1,17 @@
 """The training side: the myops ops as PyTorch C++/CUDA extension ops, one declaration each
-(ops/<name>.py, collected in ops.registry.OPS)."""
+(opspec/<name>.py, made torch ops in ops.registry.OPS)."""
 from __future__ import annotations
+
+from opspec import PRIMARY
 
 from .patch import apply
 from .registry import OPS
-from .rms_norm import rms_norm
-from .swish import reference, swish
 
-__all__ = ["OPS", "apply", "export_model", "load", "reference", "rms_norm", "swish"]
+# each op's function by its name (ops.swish, ops.rms_norm ...), and the first op's reference
+globals().update({name: op.function for name, op in OPS.items()})
+reference = OPS[PRIMARY].reference
+
+__all__ = ["OPS", "apply", "export_model", "load", "reference", *OPS]
 
 
 def export_model(*args, **kwargs):

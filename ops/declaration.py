@@ -1,10 +1,10 @@
-"""What ops/<name>.py declares of its op: `OP = TorchOp(...)` (ops.registry collects them).
+"""An op's torch side, made from its declaration: `TorchOp.declared(spec)` (ops.registry collects them).
 
 opspec/<name>.py says what the op is without torch (ONNX type, inputs, attributes, workloads, its
-decomposed form, tolerances, targets, native function); an op with nothing more is its declaration and
-its math, and ops.registry makes its TorchOp (TorchOp.declared). ops/<name>.py, where an op has one, adds
-what needs torch code: the modules ops.apply swaps, other models that hold it, its own reference or
-autograd. Export, artifacts, the bench, the doctor and the nox sessions loop over OPS.
+decomposed form, tolerances, targets, native function, the modules ops.apply swaps and the models that
+hold it); this module turns those data into torch: the op's function, its reference, the binders that
+read its arguments off a swapped module, its models. Export, artifacts, the bench, the doctor and the
+nox sessions loop over OPS.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from typing import Callable
 
 import torch
 
-from opspec import DOMAIN, OpSpec
+from opspec import DOMAIN, OpSpec, Replaces
 
 from . import adapters, onnx_parts
 
@@ -95,18 +95,25 @@ class TorchOp:
 
     @classmethod
     def declared(cls, spec: OpSpec) -> "TorchOp":
-        """The torch side of an op that has no ops/<name>.py: its function is torch.ops.myops.<name>, its
+        """The torch side of an op, from its declaration: its function is torch.ops.myops.<name>, its
         weights are its inputs after the full-shaped ones, its native function the declaration's expression
-        (spec.native); the artifacts' input seed comes from
-        its name (the same on every machine, another for each op)."""
+        (spec.native, where spec.native_when holds), its swaps and models the declared ones; an artifact's
+        input seed comes from its model's name unless declared (the same on every machine, another for each)."""
         def function(*args, **kwargs):
             return getattr(getattr(torch.ops, DOMAIN), spec.name)(*args, **kwargs)
 
         function.__name__ = function.__qualname__ = spec.name
         function.__doc__ = f"{spec.formula or spec.name} as one fused op (torch.ops.{DOMAIN}.{spec.name})."
+        models = (spec.name, *spec.models)
+        seeds = {model: spec.artifact_seeds.get(model, 1000 + zlib.crc32(model.encode()) % 9000) for model in models}
         return cls(spec=spec, function=function, weights=spec.torch_input_names[spec.full_inputs:],
-                   native=_native_function(spec) if spec.native else None, native_text=spec.native,
-                   artifact_seeds={spec.name: 1000 + zlib.crc32(spec.name.encode()) % 9000})
+                   native=_native_function(spec) if spec.native else None,
+                   native_text=spec.native_function, native_applies=_native_applies(spec),
+                   extra_models={name: MODEL_FORMS[form] for name, form in spec.models.items()},
+                   artifact_seeds=seeds, artifact_attributes=dict(spec.artifact_attributes),
+                   replaces={path: _declared_binder(spec, swap) for path, swap in spec.replaces.items()},
+                   replaces_functions=dict(spec.replaces_functions), refuses=dict(spec.refuses),
+                   looks_like=tuple(spec.looks_like))
 
     @property
     def name(self) -> str:
@@ -165,6 +172,97 @@ def _native_function(spec: OpSpec) -> Callable:
         raise ValueError(f"opspec/{spec.name}.py: native={spec.native!r} is not a Python expression ({exc.msg}); write "
                          f"PyTorch's function of {', '.join(parameters)}, e.g. \"F.gelu(x)\"") from exc
     return eval(code, {"torch": torch, "F": torch.nn.functional})  # the declaration's own text, in torch and F
+
+
+def _native_applies(spec: OpSpec) -> Callable[[dict], bool]:
+    """Whether the native function is the op with these ONNX attributes on this torch (spec.native_when)."""
+    if not spec.native_when:
+        return lambda attributes: True
+    names = [spec.torch_attribute(name) for name in spec.attributes]
+    try:
+        code = compile(f"lambda {', '.join(names)}: ({spec.native_when})", f"opspec/{spec.name}.py (native_when=)",
+                       "eval")
+    except SyntaxError as exc:
+        raise ValueError(f"opspec/{spec.name}.py: native_when={spec.native_when!r} is not a Python expression "
+                         f"({exc.msg}); write a condition on {', '.join(names) or 'torch and F'}") from exc
+    condition = eval(code, {"torch": torch, "F": torch.nn.functional})  # the declaration's own text
+    return lambda attributes: bool(condition(*attributes.values()))
+
+
+# myops' kernels of a row-wise op: float32 on the CPU; float16 and bfloat16 too on CUDA.
+KERNEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def _declared_binder(spec: OpSpec, swap: Replaces) -> Bind:
+    """bind(module) of a class the declaration says the op replaces (opspec Replaces): each weight from the
+    module's attribute of its name (one value per channel; ones where the module has none but a
+    normalized_shape, as torch's norms without elementwise_affine), each attribute from the module's
+    attribute or a constant; Refused, with the reason, where the module is not what the op computes."""
+    weight_names = spec.torch_input_names[spec.full_inputs:]
+
+    def bind(module: torch.nn.Module) -> tuple[tuple, dict]:
+        shape = getattr(module, "normalized_shape", None)
+        if shape is not None and len(shape) != 1:
+            raise Refused(f"it normalises over the last {len(shape)} dimensions {list(shape)}; myops::{spec.name} "
+                          "over the last one")
+        weights = []
+        for name in weight_names:
+            held = swap.weights.get(name, name)
+            weight = getattr(module, held, None)
+            if weight is None and shape is not None and name not in swap.offsets:
+                weights.append(torch.ones(tuple(shape)))  # Fused moves it to each input's device and dtype
+                continue
+            if not isinstance(weight, torch.Tensor) or weight.dim() != 1:
+                raise Refused(f"its {held} is {None if weight is None else list(weight.shape)}, not one value per "
+                              "channel")
+            if weight.dtype not in KERNEL_DTYPES:
+                raise Refused(f"its {held} is {weight.dtype}: myops::{spec.name}'s kernels take float32 (and float16, "
+                              "bfloat16 on CUDA); a float64 path would lose precision silently")
+            if name in swap.offsets:
+                if weight.dtype != torch.float32:  # in 16 bits, c + w would round a small weight away
+                    raise Refused(f"its {held} is {weight.dtype}: it scales by {swap.offsets[name]:g} + {held} in "
+                                  f"float32, and that sum in {weight.dtype} would round a small {held} away; swap it "
+                                  "in float32")
+                weight = Offset(weight, float(swap.offsets[name]))
+            weights.append(weight)
+        attributes = {}
+        for name, source in swap.attributes.items():
+            if not isinstance(source, str):
+                attributes[name] = float(source)
+                continue
+            value = getattr(module, source, None)
+            if value is None and name in swap.none_is_epsilon:
+                weight = weights[0] if weights else None
+                weight = weight.parameter if isinstance(weight, Offset) else weight
+                if weight is None or not isinstance(weight, torch.nn.Parameter):
+                    raise Refused(f"{source}=None follows the input's dtype, which is not known before the call and "
+                                  f"it has no weight to tell; give it an {source}")
+                if weight.dtype != torch.float32:
+                    raise Refused(f"{source}=None follows the input's dtype ({weight.dtype} here); give it an {source}")
+                value = torch.finfo(torch.float32).eps
+            if isinstance(value, bool) or not isinstance(value, float):
+                raise Refused(f"its {name} ({source}) is {value!r}, not a float")
+            attributes[name] = value
+        return tuple(weights), attributes
+    return bind
+
+
+class FeedForward(torch.nn.Module):
+    """A transformer's feed-forward block around the op: Linear(h -> 4h), the op, Linear(4h -> h)."""
+
+    def __init__(self, hidden: int, function: Callable, attributes: dict):
+        super().__init__()
+        self.up = torch.nn.Linear(hidden, 4 * hidden)
+        self.down = torch.nn.Linear(4 * hidden, hidden)
+        self.attribute_values = tuple(attributes.values())
+        self.function = function
+
+    def forward(self, x):
+        return self.down(self.function(self.up(x), *self.attribute_values))
+
+
+# What each of opspec.MODEL_FORMS is: (hidden, function, attributes) -> Module
+MODEL_FORMS = {"feed_forward": FeedForward}
 
 
 class OpModel(torch.nn.Module):

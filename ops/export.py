@@ -32,7 +32,7 @@ import onnx
 import onnx.version_converter
 import torch
 
-from opspec import DOMAIN, DOMAIN_VERSION, model_inputs, model_outputs
+from opspec import DOMAIN, DOMAIN_VERSION, PRIMARY, model_inputs, model_outputs
 
 from . import load as load_extension
 from .declaration import TorchOp
@@ -369,7 +369,7 @@ def check_graph(model: onnx.ModelProto, *, model_name: str, lowering: str, opset
     expected = op.onnx.expected_nodes(lowering, opset, exporter, op.attributes(**(attributes or {})), dtype=dtype)
     if activation != expected:
         problems.append(f"{MODEL_OP[model_name]} nodes {dict(activation)} != expected {dict(expected)}")
-    allowed_rest = LINEAR_OPS if model_name == "ffn" else set()
+    allowed_rest = LINEAR_OPS if model_name != MODEL_OP[model_name] else set()  # a model around the op (an FFN)
     stray = sorted({n for n in nodes if n not in activation and n not in allowed_rest})
     if stray:
         problems.append(f"unexpected nodes {stray}")
@@ -492,13 +492,19 @@ def _quiet():
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Export a myops model to ONNX and check it.")
-    parser.add_argument("--model", choices=(*MODELS, "all"), default="swish")
+    parser.add_argument("--model", choices=(*MODELS, "all"), default=PRIMARY)
     parser.add_argument("--exporter", choices=EXPORTERS, default="dynamo")
     parser.add_argument("--lowering", choices=LOWERINGS, default="custom")
     parser.add_argument("--opset", type=int, help="default: every opset of default_opsets(exporter)")
     parser.add_argument("--dtype", choices=DTYPES, default="float32", help="of the model and its input (float16: dynamo)")
-    parser.add_argument("--beta", type=float, help="swish and ffn (default 1.0)")
-    parser.add_argument("--eps", type=float, help="rms_norm (default 1e-6)")
+    flags = {}  # each op's attributes by their torch names (--beta, --eps ...), as their declarations say
+    for op in OPS.values():
+        for onnx_name, default in op.spec.attributes.items():
+            flags.setdefault(op.spec.torch_attribute(onnx_name), []).append(f"{', '.join(op.models)} (default {default:g})")
+    own = {"model", "exporter", "lowering", "opset", "dtype", "attribute", "output", "help"}
+    flags = {name: uses for name, uses in flags.items() if name not in own}  # those: --attribute NAME=VALUE
+    for name, uses in flags.items():
+        parser.add_argument(f"--{name}", type=float, help="; ".join(uses))
     parser.add_argument("--attribute", action="append", default=[], metavar="NAME=VALUE",
                         help="any op's float attribute, by its ONNX name (repeatable)")
     parser.add_argument("-o", "--output", help="output file (only with --opset)")
@@ -515,8 +521,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for model in models:
             for opset in opsets:
-                result = export(model, exporter=args.exporter, lowering=args.lowering, opset=opset, beta=args.beta,
-                                eps=args.eps, attributes=attributes, dtype=args.dtype, path=args.output)
+                given = {name: getattr(args, name) for name in flags if getattr(args, name) is not None}
+                result = export(model, exporter=args.exporter, lowering=args.lowering, opset=opset,
+                                attributes={**given, **attributes}, dtype=args.dtype, path=args.output)
                 print(json.dumps(asdict(result)))
     except ExportError as exc:
         print(f"error: {exc}", file=sys.stderr)

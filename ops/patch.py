@@ -1,8 +1,8 @@
 """Put the myops ops into a model a user already has: `ops.apply(model)`.
 
-Each op declares, in ops/<op>.py, the module classes it stands in for (TorchOp.replaces: Hugging
-Face's LlamaRMSNorm, torch.nn.SiLU ...), the functions (TorchOp.replaces_functions: F.silu held as an
-attribute) and the look-alikes it must refuse with a reason (TorchOp.refuses); a user's own classes
+Each op declares, in opspec/<op>.py, the module classes it stands in for (replaces: Hugging Face's
+LlamaRMSNorm, torch.nn.SiLU ...), the functions (replaces_functions: F.silu held as an attribute) and
+the look-alikes it must refuse with a reason (refuses); a user's own classes
 are declared in the call (apply(model, declare=...)). apply() walks the model once, swaps every
 declared module for a `Fused` module that keeps the original's own Parameters (the state dict and an
 optimiser's references stay valid), and returns a Patch: what was swapped, what was left alone and

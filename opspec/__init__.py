@@ -6,8 +6,8 @@ for names, defaults and models, the inference side (infer/, ort_plugin/, shipped
 the inputs a probe must feed and the workloads a benchmark runs. An op's decomposed form (`decomposed=`,
 in ONNX ops: opspec/_forms.py) gives its torch reference, both ONNX lowerings and its fuse rules
 (ops/onnx_parts.py; an op without one keeps its own ops/<name>_onnx.py); its tolerances, targets and
-native function are declared here too, and what needs torch code (the modules ops.apply swaps, other
-models) in an optional ops/<name>.py. Its math is kernels/<name>.h: an elementwise op's one-element
+native function are declared here too, and what ops.apply swaps for it and the models that hold it
+(ops.declaration builds both from these data). Its math is kernels/<name>.h: an elementwise op's one-element
 forward and backward, around which opspec/codegen writes the CPU loops and CUDA launchers (unless
 `own_kernels` says the header writes them). An op of a kind (`kind=`) gets the extension's and the
 plugin's adapters from its declaration (opspec/codegen); one without has its own in ops/csrc/ and
@@ -50,6 +50,25 @@ class WorkloadSpec:
     gpu_only: bool = False      # too large to be worth a CPU run
 
 
+# The models an op may declare besides the op alone (OpSpec.models): name -> what each is, built by ops
+# (ops.declaration) around the op's function.
+MODEL_FORMS = {"feed_forward": "Linear(h -> 4h), the op, Linear(4h -> h): a transformer's feed-forward block"}
+
+
+@dataclass(frozen=True)
+class Replaces:
+    """How ops.apply reads the op's arguments off an instance of a module class it swaps (OpSpec.replaces)."""
+    # the op's attribute (torch name) -> the module's attribute that holds it (a str), or a constant (a number)
+    attributes: dict = field(default_factory=dict)
+    # the op's weight (torch name) -> the module's attribute that holds it, where the names differ
+    weights: dict = field(default_factory=dict)
+    # the op's weight -> c, for a module that scales by its parameter + c (Gemma's RMSNorm: 1 + weight)
+    offsets: dict = field(default_factory=dict)
+    # the op's attributes whose None on the module means its input dtype's machine epsilon (torch.nn.RMSNorm's
+    # eps=None): float32's, for a module whose weight is float32
+    none_is_epsilon: tuple = ()
+
+
 @dataclass(frozen=True)
 class OpSpec:
     name: str                   # the torch name: torch.ops.myops.<name>
@@ -85,13 +104,33 @@ class OpSpec:
     # float16 and bfloat16 storage on CUDA whose error stays below one ulp of the 16-bit result (Swish's
     # fast exp and division): the generated launchers use it for those types, forward for float32.
     forward_16bit: bool = False
-    # The torch side, where the op has no ops/<name>.py (ops.registry makes its TorchOp from these): PyTorch's
+    # The torch side (ops.declaration makes the op's TorchOp from these and the fields below): PyTorch's
     # own function as an expression in the torch inputs and attributes, torch and F (its bench row is
     # native_row, default torch_native_<name>); layer 1's tolerances, dtype -> (rtol, atol); the bench
     # targets, (name, numerator row, denominator rows, limit) each.
     native: str = ""
+    # Where the native function is the op (an expression in the attributes' torch names, torch and F;
+    # F.silu is Swish at beta 1 only: "beta == 1.0"; F.rms_norm exists from torch 2.4: 'hasattr(F, "rms_norm")')
+    native_when: str = ""
     tolerances: dict = field(default_factory=lambda: {"float32": (1.3e-6, 1e-6)})
     targets: tuple = ()
+    # The catalogue's first op: the one the lab's tools take where none is named (the seed's Swish). One op
+    # declares it.
+    primary: bool = False
+    # What ops.apply swaps for the op in a user's model: module classes by import path (nothing is imported to
+    # declare them), each with how its arguments are read off it; functions held as module attributes
+    # (F.silu) with the attributes they mean; classes that look alike but compute something else, with why;
+    # class-name fragments whose undeclared classes are reported as left alone.
+    replaces: dict = field(default_factory=dict)
+    replaces_functions: dict = field(default_factory=dict)
+    refuses: dict = field(default_factory=dict)
+    looks_like: tuple = ()
+    # Models that hold the op besides the op alone: name -> one of MODEL_FORMS (Swish's "ffn": "feed_forward")
+    models: dict = field(default_factory=dict)
+    # The artifacts' fixed inputs and attributes, per model (default: a seed from the model's name, the
+    # declared attributes)
+    artifact_seeds: dict = field(default_factory=dict)
+    artifact_attributes: dict = field(default_factory=dict)
 
     def __post_init__(self):
         if not isinstance(self.own_kernels, tuple):
@@ -103,6 +142,9 @@ class OpSpec:
         if unknown:
             raise ValueError(f"OpSpec {self.name!r}: own_kernels={self.own_kernels!r} names {unknown}; it lists "
                              "\"cpu\" and/or \"cuda\", the devices whose loops its math header writes itself")
+        if self.native_when and not self.native:
+            raise ValueError(f"OpSpec {self.name!r}: native_when says where the native function is the op; declare "
+                             "that function too (native=)")
         if self.native and not self.native_row:
             object.__setattr__(self, "native_row", f"torch_native_{self.name}")
         if self.kind not in KINDS:
@@ -134,6 +176,15 @@ class OpSpec:
             raise ValueError(f"OpSpec {self.name!r}: an op has at least one output")
         if self.decomposed is not None:
             check_form(self.name, self.decomposed, self.inputs, self.attributes, self.outputs, self.kind)
+        self._check_swaps()
+        unknown_forms = {name: form for name, form in self.models.items() if form not in MODEL_FORMS}
+        if unknown_forms:
+            raise ValueError(f"OpSpec {self.name!r}: models={unknown_forms} names forms the lab does not build; "
+                             f"each is one of {sorted(MODEL_FORMS)}")
+        stray = sorted((set(self.artifact_seeds) | set(self.artifact_attributes)) - {self.name, *self.models})
+        if stray:
+            raise ValueError(f"OpSpec {self.name!r}: artifact_seeds/artifact_attributes name {stray}, which are not "
+                             f"its models ({[self.name, *self.models]})")
         if sum(node.opset is not None for node in self.fused_nodes) > 1:
             raise ValueError(f"OpSpec {self.name!r}: one fused node at most is the lowering's standard form (opset=)")
         # the names the graphs use: x and y first, the others lower-cased (weights are inputs of a probe)
@@ -141,6 +192,25 @@ class OpSpec:
         if len(set(names)) != len(names):
             raise ValueError(f"OpSpec {self.name!r}: its inputs {self.inputs} and outputs {self.outputs} must have "
                              "distinct names (case aside; 'x' and 'y' are the first input's and output's graph names)")
+
+    def _check_swaps(self) -> None:
+        """replaces: import paths, each with a Replaces that names the op's own weights and attributes."""
+        attributes = {self.torch_attribute(a) for a in self.attributes}
+        weights = set(self.torch_input_names[self.full_inputs:])
+        for path, swap in self.replaces.items():
+            if not isinstance(swap, Replaces) or "." not in path:
+                raise ValueError(f"OpSpec {self.name!r}: replaces={{{path!r}: {swap!r}}} must map a class's import path "
+                                 "(module.Class) to a Replaces(...)")
+            wrong = sorted((set(swap.attributes) | set(swap.none_is_epsilon)) - attributes) + sorted(
+                (set(swap.weights) | set(swap.offsets)) - weights)
+            if wrong:
+                raise ValueError(f"OpSpec {self.name!r}: replaces[{path!r}] names {wrong}, which are not among its "
+                                 f"attributes {sorted(attributes)} or weights {sorted(weights)} (torch names)")
+        for path, given in self.replaces_functions.items():
+            wrong = sorted(set(given) - attributes)
+            if wrong:
+                raise ValueError(f"OpSpec {self.name!r}: replaces_functions[{path!r}] names {wrong}, which are not "
+                                 f"among its attributes {sorted(attributes)} (torch names)")
 
     def _check_generated_names(self) -> None:
         """The names opspec.codegen writes into C++: identifiers, apart, none it uses itself."""
@@ -180,6 +250,11 @@ class OpSpec:
         return ("y",) + tuple(name.lower() for name in self.outputs[1:])
 
     @property
+    def native_function(self) -> str:
+        """The native function's name as the declaration writes it ("F.silu"), for titles."""
+        return self.native.split("(", 1)[0]
+
+    @property
     def qualified(self) -> str:
         return f"{DOMAIN}::{self.onnx_type}"
 
@@ -215,6 +290,13 @@ def _discover() -> dict[str, OpSpec]:
         if spec.name != module:
             raise ImportError(f"opspec/{module}.py declares the op {spec.name!r}: an op's file is named after it")
         found[spec.name] = spec
+    primary = [spec.name for spec in found.values() if spec.primary]
+    if len(primary) > 1:
+        raise ImportError(f"ops {primary} each declare primary=True (opspec/): one op is the lab's first")
+    models = [m for spec in found.values() for m in spec.models]
+    repeated = sorted({m for m in models if models.count(m) > 1} | (set(models) & set(found)))
+    if repeated:
+        raise ImportError(f"model names {repeated} are declared by more than one op (opspec/, models=): rename one")
     workloads = [w.name for spec in found.values() for w in spec.workloads]
     repeated = sorted({w for w in workloads if workloads.count(w) > 1})
     if repeated:
@@ -224,6 +306,8 @@ def _discover() -> dict[str, OpSpec]:
 
 OPS: dict[str, OpSpec] = _discover()
 TORCH_OPS = {name: spec for name, spec in OPS.items() if not spec.plugin_only}
+# The op the lab's tools take where none is named: the one declaring primary=True, else the first torch op.
+PRIMARY: str = next((name for name, spec in TORCH_OPS.items() if spec.primary), next(iter(TORCH_OPS), ""))
 
 
 def by_onnx_type(op_type: str) -> OpSpec | None:

@@ -1,5 +1,5 @@
 """myops::Swish: Y = X * sigmoid(beta * X), elementwise."""
-from . import FusedNode, OpSpec, WorkloadSpec
+from . import FusedNode, OpSpec, Replaces, WorkloadSpec
 
 
 def decomposed(op, x, beta):
@@ -27,7 +27,22 @@ SPEC = OpSpec(
         WorkloadSpec("swish_large", "activation alone, large tensor", batch=64, seq=2048, model="swish", gpu_only=True),
         WorkloadSpec("ffn", "FFN block (Linear 768->3072, Swish, Linear 3072->768)", model="ffn"),
     ),
-    native_row="torch_silu",  # F.silu is Swish at beta 1
+    native_row="torch_silu",
+    native="F.silu(x)",
+    native_when="beta == 1.0",  # F.silu is Swish at beta 1 only
+    primary=True,  # the lab's first op
+    # QuickGELU is Swish with beta 1.702: `input * torch.sigmoid(1.702 * input)` in transformers 4.x and 5.x
+    # (transformers' classes are only named, never imported, here)
+    replaces={
+        "torch.nn.modules.activation.SiLU": Replaces(attributes={"beta": 1.0}),
+        "transformers.activations.SiLUActivation": Replaces(attributes={"beta": 1.0}),  # ACT2FN["silu"] in 5.x
+        "transformers.activations.QuickGELUActivation": Replaces(attributes={"beta": 1.702}),
+    },
+    replaces_functions={"torch.nn.functional.silu": {"beta": 1.0}},
+    looks_like=("SiLU", "Swish"),
+    models={"ffn": "feed_forward"},
+    artifact_seeds={"swish": 101, "ffn": 202},
+    artifact_attributes={"swish": {"beta": 1.702}},
     # Layer 1 (tests/test_swish.py, test_declared_ops.py), against the composite in float32 on the same
     # device, rounded once to the dtype. float32: atol 1e-6 as the brief asks, plus torch's default float32
     # rtol (1.3e-6, about 10 ulp at 1.0): two correctly rounded exps may differ by an ulp at |y| ~ 20.

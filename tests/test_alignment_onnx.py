@@ -137,7 +137,7 @@ def test_exported_files_hold_no_checkout_or_environment_path(ext, tmp_path):
     assert str(E.REPO).encode() not in data and sys.prefix.encode() not in data
     model = onnx.load(result.path)
     traces = [p.value for n in model.graph.node for p in n.metadata_props if p.key == "pkg.torch.onnx.stack_trace"]
-    assert traces and all('File "ops/swish.py"' in t for t in traces)  # still says where, relatively (the FFN model)
+    assert traces and all('File "ops/declaration.py"' in t for t in traces)  # still says where, relatively (the FFN)
     assert model.producer_name == "pytorch" and model.producer_version  # kept: what made the file
 
 

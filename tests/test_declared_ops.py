@@ -400,3 +400,63 @@ def test_a_weight_of_another_length_is_refused_with_a_message(ext, plugin_path, 
     feed = {n: t.reshape(-1, 768).numpy() if n == "x" else t.numpy() for n, t in zip(names, short)}
     with pytest.raises(Exception, match=r"must have shape \[X.shape\[-1\]\]"):
         make_session(model.SerializeToString(), library=plugin_path).run(None, feed)
+
+
+def test_the_torch_side_is_read_from_the_declaration_alone():
+    """What ops.apply swaps, the native function and the models come from opspec data (Replaces,
+    native_when, models): a declared probe's binder reads a real torch.nn.LayerNorm, refuses what the op
+    does not compute with the reason, and declarations that name what the op lacks are refused."""
+    from opspec import OpSpec, Replaces
+    from ops.declaration import Offset, Refused, TorchOp
+
+    def form(op, x, weight, eps):
+        return op.Mul(op.Div(x, op.Sqrt(op.Add(op.ReduceMean(op.Pow(x, 2.0)), eps))), weight)
+
+    path = "torch.nn.modules.normalization.LayerNorm"
+    probe = OpSpec("norm_probe", "NormProbe", ("X", "weight"), {"eps": 1e-6}, kind="rowwise", decomposed=form,
+                   native="F.rms_norm(x, weight.shape, weight, eps)", native_when="eps < 0.5",
+                   replaces={path: Replaces(attributes={"eps": "eps"}, none_is_epsilon=("eps",)),
+                             "my.Scaled": Replaces(attributes={"eps": 1e-3}, weights={"weight": "scale"},
+                                                   offsets={"weight": 1.0})},
+                   models={"probe_ffn": "feed_forward"}, artifact_seeds={"probe_ffn": 7})
+    op = TorchOp.declared(probe)
+    assert op.native_text == "F.rms_norm" and op.native_applies({"eps": 1e-6}) and not op.native_applies({"eps": 1.0})
+    assert op.models == ("norm_probe", "probe_ffn") and op.artifact_seeds["probe_ffn"] == 7
+    assert op.build_model("probe_ffn", hidden=8, function=torch.nn.functional.silu, attributes={})(torch.ones(2, 8)).shape \
+        == (2, 8)
+    bind = op.replaces[path]
+    weights, attributes = bind(torch.nn.LayerNorm(8, eps=1e-4))
+    assert attributes == {"eps": 1e-4} and weights[0].shape == (8,) and isinstance(weights[0], torch.nn.Parameter)
+    weights, _ = bind(torch.nn.LayerNorm(8, elementwise_affine=False))  # no weight: ones of its shape
+    assert torch.equal(weights[0], torch.ones(8))
+    with pytest.raises(Refused, match=r"normalises over the last 2 dimensions \[2, 8\]"):
+        bind(torch.nn.LayerNorm((2, 8)))
+    with pytest.raises(Refused, match="torch.float64: myops::norm_probe's kernels take float32"):
+        bind(torch.nn.LayerNorm(8).double())
+    odd = torch.nn.LayerNorm(8)
+    odd.eps = "small"
+    with pytest.raises(Refused, match=r"its eps \(eps\) is 'small', not a float"):
+        bind(odd)
+    odd.eps = None  # None means float32's epsilon, for a float32 weight
+    assert bind(odd)[1] == {"eps": torch.finfo(torch.float32).eps}
+    with pytest.raises(Refused, match=r"eps=None follows the input's dtype \(torch.bfloat16 here\)"):
+        bind(odd.to(torch.bfloat16))
+
+    scaled = torch.nn.Module()
+    scaled.scale = torch.nn.Parameter(torch.zeros(8))
+    weights, attributes = op.replaces["my.Scaled"](scaled)
+    assert isinstance(weights[0], Offset) and weights[0].offset == 1.0 and attributes == {"eps": 1e-3}
+    scaled.scale = torch.nn.Parameter(torch.zeros(8, dtype=torch.float16))
+    with pytest.raises(Refused, match="would round a small scale away"):
+        op.replaces["my.Scaled"](scaled)
+
+    for wrong, message in ((dict(replaces={path: Replaces(attributes={"epsilon": "eps"})}), r"names \['epsilon'\]"),
+                           (dict(replaces={"LayerNorm": Replaces()}), "must map a class's import path"),
+                           (dict(models={"probe_ffn": "mixer"}), "names forms the lab does not build"),
+                           (dict(artifact_seeds={"other": 1}), r"name \['other'\], which are not its models"),
+                           (dict(native_when="eps < 1"), "declare that function too")):
+        with pytest.raises(ValueError, match=message):
+            OpSpec("norm_probe", "NormProbe", ("X", "weight"), {"eps": 1e-6}, kind="rowwise", decomposed=form, **wrong)
+    with pytest.raises(ValueError, match="native_when='eps <' is not a Python expression"):
+        TorchOp.declared(OpSpec("norm_probe", "NormProbe", ("X", "weight"), {"eps": 1e-6}, kind="rowwise",
+                                decomposed=form, native="F.rms_norm(x, weight.shape, weight, eps)", native_when="eps <"))

@@ -464,7 +464,7 @@ def test_a_torch_numpy_and_pytest_host_is_enough(torch_numpy_python, tmp_path):
         "provenance.collect()\n"
         # what the build, bench, targets and write stages import (the plugin through onnxruntime's CUDA EP
         # imports onnxruntime first, and is a skip or a note without it)
-        "for name in ('ops', 'ops.build', 'ops.registry', 'ops.rms_norm', 'infer.rows', 'infer.workloads',\n"
+        "for name in ('ops', 'ops.build', 'ops.registry', 'ops.declaration', 'infer.rows', 'infer.workloads',\n"
         "             'bench.torch_rows', 'bench.cuda_timing', 'bench.targets', 'bench.report', 'lab.files'):\n"
         "    importlib.import_module(name)\n"
         "print(entry, rows.WORKLOADS)\n"

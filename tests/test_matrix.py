@@ -88,7 +88,7 @@ PLANTED = {
                  "field 'torch_cuda_arch_list': 10.0+PTX: sm_100 needs CUDA 12.8 or later"),
     "arch-dropped": ("cuda13.0", {"torch_cuda_arch_list": ["7.0", "9.0+PTX"]},
                      "7.0: CUDA 13 no longer targets sm_70 (its oldest is sm_75)"),
-    "torch-floor": ("cuda12.1", {"torch.version": "2.2.2"}, "field 'torch.version': torch 2.2.2 lacks what ops/swish.py"),
+    "torch-floor": ("cuda12.1", {"torch.version": "2.2.2"}, "field 'torch.version': torch 2.2.2 lacks what ops/adapters.py"),
     "no-cudnn": ("cuda12.4", {"cudnn": None}, "entry 'cuda12.4', field 'cudnn': a cuda entry must pin its cudnn"),
     "arm64-gpu": ("cuda12.4", {"infer_platforms": ["amd64", "arm64"]},
                   "field 'infer_platforms': arm64: onnxruntime-gpu has no Linux aarch64 wheels on PyPI; remove arm64"),

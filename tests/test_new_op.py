@@ -296,7 +296,7 @@ def test_the_registries_refuse_a_name_declared_twice():
     swish = OPS["swish"]
     clash = TorchOp(spec=OPS["rms_norm"].spec, function=swish.function, reference=swish.reference, reference_text="",
                     register_python_parts=lambda: None, extra_models={"ffn": swish.extra_models["ffn"]})
-    with pytest.raises(ImportError, match="'ffn' is declared by ops/swish.py and ops/rms_norm.py"):
+    with pytest.raises(ImportError, match="'ffn' is declared by opspec/swish.py and opspec/rms_norm.py"):
         _model_ops({"swish": swish, "rms_norm": clash})
 
 

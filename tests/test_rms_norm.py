@@ -11,15 +11,13 @@ from devices import DEVICE_DTYPES, DEVICES, assert_close, hessian_vector_product
 from ops.registry import OPS
 
 OP = OPS["rms_norm"]
-FP32 = tolerance(OP, "float32")  # the op's declared tolerances: ops/rms_norm.py says why
+FP32 = tolerance(OP, "float32")  # the op's declared tolerances: opspec/rms_norm.py says why
 SHAPES = [(1,), (7,), (4, 16), (3, 5, 37), (2, 33, 768), (0, 8), (5, 1)]
 EPS = [1e-6, 1e-5, 0.5]
 
 
 def reference64(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    from ops.rms_norm import reference
-
-    return reference(x.double(), weight.double(), eps)
+    return OP.reference(x.double(), weight.double(), eps)
 
 
 def inputs(shape, seed=0, scale=3.0):

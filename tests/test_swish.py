@@ -12,7 +12,7 @@ from ops.registry import OPS
 
 OP = OPS["swish"]
 BETAS = [1.0, 1.702, 0.5, -0.3]
-FP32 = tolerance(OP, "float32")  # the op's declared tolerances: ops/swish.py says why
+FP32 = tolerance(OP, "float32")  # the op's declared tolerances: opspec/swish.py says why
 SHAPES = [(), (1,), (0,), (0, 3), (7,), (17,), (1023,), (3, 5, 7), (2, 33, 65), (1_000_003,)]
 
 
@@ -306,7 +306,7 @@ FALLBACK = r"""
 import sys, torch
 if not hasattr(torch.library, "impl_abstract"):
     sys.exit(77)
-# What torch 2.3 lacks. (Its impl_abstract, which ops/swish.py uses for the fake kernel there, is
+# What torch 2.3 lacks. (Its impl_abstract, which ops/adapters.py uses for the fake kernel there, is
 # register_fake under its old name; from 2.4 it calls register_fake, so that one stays.)
 kept = torch.library.register_autograd
 del torch.library.register_autograd
@@ -331,7 +331,7 @@ print("torch 2.3 fallback: autograd and fake kernel work")
 
 
 def test_the_torch_2_3_fallback_registers_fake_and_autograd(ext):
-    """cuda11.8's torch 2.3 has neither register_fake nor register_autograd: ops/swish.py then uses
+    """cuda11.8's torch 2.3 has neither register_fake nor register_autograd: ops/adapters.py then uses
     impl_abstract and its own Autograd-key kernel. That kernel runs here, with register_autograd
     removed, in a fresh process."""
     import os

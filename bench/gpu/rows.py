@@ -1,5 +1,5 @@
 """The GPU rows for results/<entry>/bench.csv: the copy, the composite, the extension and PyTorch's own
-function with their backwards, per op as ops/<op>.py declares, per call (an event pair around each
+function with their backwards, per op as opspec/<op>.py declares, per call (an event pair around each
 call) and device time (batches queued behind a spin kernel, bench.cuda_timing)."""
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ def _backward_of(function, x, grad, inputs=None):
 
 def row_plan(x, grad, beta: float, op: str = "swish") -> list[tuple[str, str, float, object]]:
     """(row, what runs, tensors of x's size moved per call, maker of the timed call) for one input,
-    from the op's declaration (ops/<op>.py): the copy, the composite, the extension and PyTorch's
+    from the op's declaration (opspec/<op>.py): the copy, the composite, the extension and PyTorch's
     own function where it applies, then their backwards. A gated op's other full-shaped inputs are
     random tensors like x; the weights are those the exported models hold (the op's model, seed 0);
     the attributes its defaults, with the run's beta for Swish."""
