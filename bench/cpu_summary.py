@@ -92,7 +92,8 @@ PATH_NAMES = {"avx512": "AVX-512 (intrinsics)", "avx2": "AVX2 + FMA", "baseline"
 
 
 def isa_lines(capped: list[dict], rows: list[dict], groups: dict) -> list[str]:
-    """Each CPU path's extension and plugin op against F.silu and ORT's QuickGelu (MLAS), same run."""
+    """Each CPU path's extension and plugin op against the first op's native function and ORT's fused kernel
+    for its composite (the seed's F.silu and QuickGelu), same run."""
     if not capped:
         return []
     # The newest --isa run only (results are upserted: an earlier one's paths may linger), against the
@@ -117,23 +118,28 @@ def isa_lines(capped: list[dict], rows: list[dict], groups: dict) -> list[str]:
             return "-"
         return f"{a.median / b.median:.2f}x" + (" (within noise)" if overlap(a, b) else "")
 
-    silu, quick_gelu = find(peers, OPS[PRIMARY].native_row), find(peers, "ort_composite", "all")
+    spec = OPS[PRIMARY]
+    native_name = spec.native_function or "PyTorch's own function"
+    # the node ORT's default level makes of the composite, where the declaration names one (a fused node with
+    # no opset: not a standard one)
+    fused = next((node.op_type for node in spec.fused_nodes if node.opset is None), "")
+    native, ort_composite = find(peers, spec.native_row), find(peers, "ort_composite", "all")
     when = ("in the same interleaved rounds as the rows above" if same_run else
             f"in an earlier run ({stamp}) than the rows above, so the ratios mix two runs")
     lines = [f"## CPU paths of the kernel (activation alone, {capped[0]['shape']})", "",
              f"Each path of kernels/{PRIMARY}.h measured in processes started with MYOPS_CPU_ISA capping it (`bench.run "
              f"--isa`), {when}. The ratios are of the rows' medians (separate processes, not paired); '(within "
-             "noise)' where the two intervals overlap. ORT's QuickGelu is its MLAS kernel; F.silu is PyTorch's own "
-             "vectorised one.", "",
-             f"| path | extension p50 ms [95% CI] | vs F.silu | ORT custom op, opset {opset or '-'}, p50 ms [95% CI] "
-             "| vs ORT's QuickGelu |", "|---|---|---|---|---|"]
+             f"noise)' where the two intervals overlap. {f'ORT runs the composite as its {fused} kernel; ' if fused else ''}"
+             f"{native_name} is PyTorch's own.", "",
+             f"| path | extension p50 ms [95% CI] | vs {native_name} | ORT custom op, opset {opset or '-'}, p50 ms "
+             f"[95% CI] | vs ORT's {fused or 'composite'} |", "|---|---|---|---|---|"]
     paths = [("", "uncapped (the widest this CPU has)")] + [(p, PATH_NAMES[p]) for p in PATHS
                                                            if any(r.get("isa") == p for r in capped)]
     for isa, name in paths:
         pool = [r for r in capped if r.get("isa") == isa] if isa else peers
         ext, ort = find(pool, "torch_extension"), find(pool, "ort_custom", "all")
-        lines.append(f"| {name} | {_ms(ext) if ext else '-'} | {versus(ext, silu)} | {_ms(ort) if ort else '-'} "
-                     f"| {versus(ort, quick_gelu)} |")
+        lines.append(f"| {name} | {_ms(ext) if ext else '-'} | {versus(ext, native)} | {_ms(ort) if ort else '-'} "
+                     f"| {versus(ort, ort_composite)} |")
     return lines + [""]
 
 

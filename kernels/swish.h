@@ -102,13 +102,14 @@ SWISH_HOST_DEVICE void forward(T x, T beta, T& y) {
   y = x / (T(1) + exp_any(-(beta * x)));
 }
 
-// The forward for float16 and bfloat16 storage on the GPU (opspec/swish.py: forward_16bit): the hardware's approximate exp
-// (ex2.approx) and division. Their error, a few float32 ulp (more as |beta x| nears 88), is far
-// below one ulp of the 16-bit result, which is then within one ulp of forward() rounded once. Where
-// 1 + e^-(beta x) exceeds 2^126 the result is 0, not a value below 1e-36. The accurate forms spend
-// two multi-instruction sequences per element: on an H200 the float16 kernel was arithmetic-bound
-// at 1.14x a copy's time (ncu: SM 84 %, DRAM 57 %), and 1.01x with these (SM 71 %, DRAM 81 %).
-// Elsewhere (the host) it is forward.
+// The forward for float16 and bfloat16 storage on the GPU (opspec/swish.py: forward_16bit): the
+// hardware's approximate exp (ex2.approx) and division. Their error, a few float32 ulp (more as
+// |beta x| nears 88), is far below one ulp of the 16-bit result, which is then within one ulp of
+// forward() rounded once. Where 1 + e^-(beta x) exceeds 2^126 the result is 0, not a value below
+// 1e-36. The accurate forms spend two multi-instruction sequences per element: on an H200 the
+// float16 kernel was arithmetic-bound at 1.14x a copy's time (ncu: SM 84 %, DRAM 57 %), and 1.01x
+// with these (SM 71 %, DRAM 81 %), measured through the earlier hand-written launcher; the
+// generated one is not yet measured on a GPU. Elsewhere (the host) it is forward.
 template <typename T>
 SWISH_HOST_DEVICE void forward_16bit(T x, T beta, T& y) {
 #if defined(__CUDA_ARCH__)

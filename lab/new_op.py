@@ -412,7 +412,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="PyTorch's own function for the op, an expression in x (torch, F = torch.nn.functional), "
                              "e.g. \"F.gelu(x, approximate='tanh')\" (rowwise: in x, its weights and attributes, e.g. "
                              "\"F.layer_norm(x, x.shape[-1:], weight, bias, epsilon)\"): the bench shows it as a row, "
-                             "as F.silu is shown beside the lab's first op (asked for when not given and a terminal is attached; "
+                             "beside the op's own rows (asked for when not given and a terminal is attached; "
                              "empty for none; with --outputs, a tuple of one tensor per output)")
     args = parser.parse_args(argv)
     rowwise = args.kind == "rowwise"

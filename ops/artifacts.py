@@ -60,8 +60,8 @@ def write(out: Path, *, exporters, opsets, log=print) -> dict:
             op = OPS[MODEL_OP[model_name]]
             attributes = op.attributes(**op.artifact_attributes.get(model_name, {}))
             if model_name not in op.artifact_seeds:
-                raise E.ExportError(f"ops/{op.name}.py declares no artifact seed for the model {model_name!r}: "
-                                    f"add it to artifact_seeds")
+                raise E.ExportError(f"op {op.name!r} has no artifact seed for the model {model_name!r}: declare one "
+                                    f"in opspec/{op.name}.py (artifact_seeds=)")
             generator = torch.Generator().manual_seed(op.artifact_seeds[model_name])
             # one tensor per graph input, drawn in order from the op's seed (x alone for most models)
             feed = {name: torch.randn(*INPUT_SHAPE, generator=generator) for name in E.model_inputs(model_name)}

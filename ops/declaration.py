@@ -9,10 +9,9 @@ nox sessions loop over OPS.
 from __future__ import annotations
 
 import functools
-import importlib
+import inspect
 import zlib
 from dataclasses import dataclass, field
-from types import ModuleType
 from typing import Callable
 
 import torch
@@ -80,16 +79,15 @@ class TorchOp:
             object.__setattr__(self, "targets", tuple(self.spec.targets))
         if self.reference is None:
             if self.spec.decomposed is None:
-                raise ValueError(f"opspec/{self.spec.name}.py declares no decomposed form: declare one (decomposed=...), "
-                                 f"or give the op an ops/{self.spec.name}.py whose TorchOp has its own reference")
+                raise ValueError(f"opspec/{self.spec.name}.py declares no decomposed form: declare one (decomposed=...): "
+                                 "it is the op's reference, its ONNX lowerings and its fuse rule")
             object.__setattr__(self, "reference", onnx_parts.torch_reference(self.spec))
         if not self.reference_text:
             object.__setattr__(self, "reference_text", self.spec.formula)
         if self.register_python_parts is None:
             if not self.spec.kind:
                 raise ValueError(f"opspec/{self.spec.name}.py declares no kind: declare kind=\"elementwise\" or "
-                                 f"\"rowwise\", or give the op an ops/{self.spec.name}.py whose TorchOp has its own "
-                                 "register_python_parts")
+                                 "\"rowwise\" (its adapters, fakes and autograd are those of its kind)")
             parts = functools.partial(adapters.register_python_parts, self.spec, self.reference)
             object.__setattr__(self, "register_python_parts", parts)
 
@@ -104,11 +102,14 @@ class TorchOp:
 
         function.__name__ = function.__qualname__ = spec.name
         function.__doc__ = f"{spec.formula or spec.name} as one fused op (torch.ops.{DOMAIN}.{spec.name})."
+        function.__signature__ = inspect.Signature(  # what help() shows: the schema's arguments and defaults
+            [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD) for name in spec.torch_input_names]
+            + [inspect.Parameter(spec.torch_attribute(name), inspect.Parameter.POSITIONAL_OR_KEYWORD, default=value)
+               for name, value in spec.attributes.items()])
         models = (spec.name, *spec.models)
         seeds = {model: spec.artifact_seeds.get(model, 1000 + zlib.crc32(model.encode()) % 9000) for model in models}
         return cls(spec=spec, function=function, weights=spec.torch_input_names[spec.full_inputs:],
-                   native=_native_function(spec) if spec.native else None,
-                   native_text=spec.native_function, native_applies=_native_applies(spec),
+                   native=_native_function(spec) if spec.native else None, native_text=spec.native, native_applies=_native_applies(spec),
                    extra_models={name: MODEL_FORMS[form] for name, form in spec.models.items()},
                    artifact_seeds=seeds, artifact_attributes=dict(spec.artifact_attributes),
                    replaces={path: _declared_binder(spec, swap) for path, swap in spec.replaces.items()},
@@ -124,14 +125,14 @@ class TorchOp:
         return f"{DOMAIN}::{self.spec.name}"
 
     @functools.cached_property
-    def onnx(self) -> onnx_parts.DeclaredOnnx | ModuleType:
+    def onnx(self) -> onnx_parts.DeclaredOnnx:
         """The op's ONNX parts: register_schema(), torchscript_symbolic(lowering),
         dynamo_translation(lowering, opset), expected_nodes(lowering, opset, exporter, attributes),
         uses_standard(opset, exporter), fuse_rules(report), NODE_TYPES. Read from the declaration's
-        decomposed form (ops.onnx_parts), or, for an op without one, its own ops/<name>_onnx.py."""
-        if self.spec.decomposed is not None:
-            return onnx_parts.DeclaredOnnx(self.spec)
-        return importlib.import_module(f"{__package__}.{self.name}_onnx")
+        decomposed form (ops.onnx_parts)."""
+        if self.spec.decomposed is None:
+            raise ValueError(f"opspec/{self.name}.py declares no decomposed form: declare one (decomposed=...)")
+        return onnx_parts.DeclaredOnnx(self.spec)
 
     @property
     def models(self) -> tuple[str, ...]:
@@ -240,9 +241,9 @@ def _declared_binder(spec: OpSpec, swap: Replaces) -> Bind:
                 if weight.dtype != torch.float32:
                     raise Refused(f"{source}=None follows the input's dtype ({weight.dtype} here); give it an {source}")
                 value = torch.finfo(torch.float32).eps
-            if isinstance(value, bool) or not isinstance(value, float):
-                raise Refused(f"its {name} ({source}) is {value!r}, not a float")
-            attributes[name] = value
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise Refused(f"its {name} ({source}) is {value!r}, not a number")
+            attributes[name] = float(value)
         return tuple(weights), attributes
     return bind
 

@@ -446,10 +446,6 @@ def export(model_name: str, *, exporter: str = "dynamo", lowering: str = "custom
     if dtype not in DTYPES:
         raise ExportError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
     op = OPS[MODEL_OP[model_name]]
-    if dtype != "float32" and not getattr(op.onnx, "EXPORTS_FLOAT16", False):
-        raise ExportError(f"{op.name}'s lowerings (ops/{op.name}_onnx.py) are written for float32 only: export it in "
-                          f"float32, or declare its decomposed form in opspec/{op.name}.py (decomposed=), whose "
-                          "lowering sums in float32 (ops/onnx_parts.py)")
     if dtype != "float32" and exporter == "torchscript":
         raise ExportError(f"a {dtype} export with the TorchScript exporter would run the CPU kernels (float32 only) "
                           "while tracing: use --exporter dynamo, which traces with fake tensors")
@@ -514,8 +510,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.output and (len(models) > 1 or not args.opset):
         parser.error("-o/--output names one file: give one --model and an --opset")
     try:
-        given = dict(item.split("=", 1) for item in args.attribute)
-        attributes = {name: float(value) for name, value in given.items()}
+        pairs = dict(item.split("=", 1) for item in args.attribute)
+        attributes = {name: float(value) for name, value in pairs.items()}
     except ValueError:
         parser.error(f"--attribute takes NAME=VALUE with a float value; got {args.attribute}")
     try:

@@ -23,7 +23,7 @@ import numpy as np
 from lab.files import write_text_atomic
 from opspec import DOMAIN, DOMAIN_VERSION
 
-# what a rule's check reads of a match (an op's own ops/<op>_onnx.py, where it declares no form, imports them here)
+# what a rule's check reads of a match
 from .onnx_parts import float_input, same_shapes, scalar, where  # noqa: F401
 
 # Layer 2's tolerance (tests/test_alignment_onnx.py): ORT with the plugin against its reference.

@@ -1,7 +1,6 @@
 """An op's ONNX parts and torch reference, read from its declaration (opspec: decomposed=, fused_nodes=):
 the schema onnx checks against, both exporters' lowerings, the nodes each lowering must hold, the fuse
-rules, and the reference its kernels are tested against. Written once for every op; an op without a
-decomposed form keeps its own ops/<name>_onnx.py and reference.
+rules, and the reference its kernels are tested against. Written once for every op.
 
 custom      one myops node (float attributes), opset import myops:1
 decomposed  the declared form in standard ops; a float16 input is cast to float first and each output
@@ -208,9 +207,8 @@ def _standard_runs(spec: OpSpec, opset: int) -> bool:
 
 
 class DeclaredOnnx:
-    """What ops/<name>_onnx.py held, for an op with a declared decomposed form (TorchOp.onnx)."""
+    """An op's ONNX parts, from its declared decomposed form (TorchOp.onnx)."""
 
-    EXPORTS_FLOAT16 = True   # the decomposed lowering casts a float16 input to float and back
     FUSE_BY_DEFAULT = True
 
     def __init__(self, spec: OpSpec):

@@ -5,7 +5,7 @@ adding an op adds a file and edits none. Both sides read the catalogue: the trai
 for names, defaults and models, the inference side (infer/, ort_plugin/, shipped without torch) for
 the inputs a probe must feed and the workloads a benchmark runs. An op's decomposed form (`decomposed=`,
 in ONNX ops: opspec/_forms.py) gives its torch reference, both ONNX lowerings and its fuse rules
-(ops/onnx_parts.py; an op without one keeps its own ops/<name>_onnx.py); its tolerances, targets and
+(ops/onnx_parts.py); its tolerances, targets and
 native function are declared here too, and what ops.apply swaps for it and the models that hold it
 (ops.declaration builds both from these data). Its math is kernels/<name>.h: an elementwise op's one-element
 forward and backward, around which opspec/codegen writes the CPU loops and CUDA launchers (unless
@@ -50,6 +50,8 @@ class WorkloadSpec:
     gpu_only: bool = False      # too large to be worth a CPU run
 
 
+# The ops package's own public names (ops.apply ...), beside which each op's function is ops.<name>.
+TORCH_PACKAGE_NAMES = frozenset({"OPS", "apply", "export_model", "load", "reference"})
 # The models an op may declare besides the op alone (OpSpec.models): name -> what each is, built by ops
 # (ops.declaration) around the op's function.
 MODEL_FORMS = {"feed_forward": "Linear(h -> 4h), the op, Linear(4h -> h): a transformer's feed-forward block"}
@@ -88,8 +90,7 @@ class OpSpec:
     kind: str | None = None
     torch_inputs: dict = field(default_factory=dict)  # ONNX input -> the torch schema's argument, where they differ
     # The op as standard ONNX ops (opspec/_forms.py): decomposed(op, *inputs, *attributes). It is the torch
-    # reference, the decomposed lowering of both exporters and the first fuse rule; None: the op's ONNX
-    # parts are written by hand (ops/<name>_onnx.py).
+    # reference, the decomposed lowering of both exporters and the first fuse rule (a torch op needs one).
     decomposed: Callable | None = None
     # Nodes that compute the whole op (ai.onnx Swish, ORT's QuickGelu): fused into it; one with an opset is
     # the decomposed lowering from that opset on, where ORT runs it.
@@ -181,6 +182,12 @@ class OpSpec:
         if unknown_forms:
             raise ValueError(f"OpSpec {self.name!r}: models={unknown_forms} names forms the lab does not build; "
                              f"each is one of {sorted(MODEL_FORMS)}")
+        if self.models and (len(self.inputs) != 1 or len(self.outputs) != 1):
+            raise ValueError(f"OpSpec {self.name!r}: a model form (models=) holds an op of one input and one output "
+                             f"between its layers; it has inputs {self.inputs} and outputs {self.outputs}")
+        if self.name in TORCH_PACKAGE_NAMES:
+            raise ValueError(f"OpSpec {self.name!r}: the ops package has its own {self.name!r} (ops.{self.name}), "
+                             "beside which each op's function is found by its name: choose another name")
         stray = sorted((set(self.artifact_seeds) | set(self.artifact_attributes)) - {self.name, *self.models})
         if stray:
             raise ValueError(f"OpSpec {self.name!r}: artifact_seeds/artifact_attributes name {stray}, which are not "
@@ -206,6 +213,10 @@ class OpSpec:
             if wrong:
                 raise ValueError(f"OpSpec {self.name!r}: replaces[{path!r}] names {wrong}, which are not among its "
                                  f"attributes {sorted(attributes)} or weights {sorted(weights)} (torch names)")
+            unread = sorted(attributes - set(swap.attributes) - set(swap.none_is_epsilon))
+            if unread:  # a default where the module holds its own value would swap in another function
+                raise ValueError(f"OpSpec {self.name!r}: replaces[{path!r}] does not say where {unread} come from: "
+                                 "name the module's attribute, or give the constant, in Replaces(attributes=...)")
         for path, given in self.replaces_functions.items():
             wrong = sorted(set(given) - attributes)
             if wrong:

@@ -100,7 +100,7 @@ def test_rms_norm_rows_targets_and_charts(ext, plugin_path, tmp_path):
     assert rows[("ort_composite", "all")]["ort_graph_nodes"] == "SimplifiedLayerNormalization"
     assert rows[("ort_composite", "basic")]["ort_graph_nodes"] == "Pow+ReduceMean+Add+Sqrt+Div+Mul"
     assert rows[("ort_custom", "all")]["ort_graph_nodes"] == "myops::RMSNorm"
-    assert rows[("torch_rms_norm", "")]["ort_graph_nodes"] == "F.rms_norm"
+    assert rows[("torch_rms_norm", "")]["ort_graph_nodes"] == "F.rms_norm(x, weight.shape, weight, eps)"  # as declared
     targets = _csv(tmp_path / "cpu" / "targets.csv")
     assert {(t["op"], t["target"]) for t in targets} == {
         ("rms_norm", "extension op vs F.rms_norm"),

@@ -406,6 +406,8 @@ def test_the_torch_side_is_read_from_the_declaration_alone():
     """What ops.apply swaps, the native function and the models come from opspec data (Replaces,
     native_when, models): a declared probe's binder reads a real torch.nn.LayerNorm, refuses what the op
     does not compute with the reason, and declarations that name what the op lacks are refused."""
+    import inspect
+
     from opspec import OpSpec, Replaces
     from ops.declaration import Offset, Refused, TorchOp
 
@@ -417,13 +419,16 @@ def test_the_torch_side_is_read_from_the_declaration_alone():
                    native="F.rms_norm(x, weight.shape, weight, eps)", native_when="eps < 0.5",
                    replaces={path: Replaces(attributes={"eps": "eps"}, none_is_epsilon=("eps",)),
                              "my.Scaled": Replaces(attributes={"eps": 1e-3}, weights={"weight": "scale"},
-                                                   offsets={"weight": 1.0})},
-                   models={"probe_ffn": "feed_forward"}, artifact_seeds={"probe_ffn": 7})
+                                                   offsets={"weight": 1.0})})
     op = TorchOp.declared(probe)
-    assert op.native_text == "F.rms_norm" and op.native_applies({"eps": 1e-6}) and not op.native_applies({"eps": 1.0})
-    assert op.models == ("norm_probe", "probe_ffn") and op.artifact_seeds["probe_ffn"] == 7
-    assert op.build_model("probe_ffn", hidden=8, function=torch.nn.functional.silu, attributes={})(torch.ones(2, 8)).shape \
-        == (2, 8)
+    assert op.native_text == "F.rms_norm(x, weight.shape, weight, eps)"
+    assert op.native_applies({"eps": 1e-6}) and not op.native_applies({"eps": 1.0})
+    act = TorchOp.declared(OpSpec("act_probe", "ActProbe", ("X",), {"alpha": 1.0}, kind="elementwise",
+                                  decomposed=lambda op, x, alpha: op.Mul(x, op.Sigmoid(op.Mul(x, alpha))),
+                                  models={"act_ffn": "feed_forward"}, artifact_seeds={"act_ffn": 7}))
+    assert act.models == ("act_probe", "act_ffn") and act.artifact_seeds["act_ffn"] == 7
+    ffn = act.build_model("act_ffn", hidden=8, function=lambda x, alpha: x * torch.sigmoid(alpha * x))
+    assert ffn(torch.ones(2, 8)).shape == (2, 8) and [name for name, _ in ffn.named_children()] == ["up", "down"]
     bind = op.replaces[path]
     weights, attributes = bind(torch.nn.LayerNorm(8, eps=1e-4))
     assert attributes == {"eps": 1e-4} and weights[0].shape == (8,) and isinstance(weights[0], torch.nn.Parameter)
@@ -435,8 +440,10 @@ def test_the_torch_side_is_read_from_the_declaration_alone():
         bind(torch.nn.LayerNorm(8).double())
     odd = torch.nn.LayerNorm(8)
     odd.eps = "small"
-    with pytest.raises(Refused, match=r"its eps \(eps\) is 'small', not a float"):
+    with pytest.raises(Refused, match=r"its eps \(eps\) is 'small', not a number"):
         bind(odd)
+    odd.eps = 0  # an int is a number
+    assert bind(odd)[1] == {"eps": 0.0}
     odd.eps = None  # None means float32's epsilon, for a float32 weight
     assert bind(odd)[1] == {"eps": torch.finfo(torch.float32).eps}
     with pytest.raises(Refused, match=r"eps=None follows the input's dtype \(torch.bfloat16 here\)"):
@@ -452,11 +459,16 @@ def test_the_torch_side_is_read_from_the_declaration_alone():
 
     for wrong, message in ((dict(replaces={path: Replaces(attributes={"epsilon": "eps"})}), r"names \['epsilon'\]"),
                            (dict(replaces={"LayerNorm": Replaces()}), "must map a class's import path"),
-                           (dict(models={"probe_ffn": "mixer"}), "names forms the lab does not build"),
+                           (dict(models={"norm_mix": "mixer"}), "names forms the lab does not build"),
                            (dict(artifact_seeds={"other": 1}), r"name \['other'\], which are not its models"),
-                           (dict(native_when="eps < 1"), "declare that function too")):
+                           (dict(native_when="eps < 1"), "declare that function too"),
+                           (dict(replaces={path: Replaces()}), r"does not say where \['eps'\] come from"),
+                           (dict(models={"norm_ffn": "feed_forward"}), "holds an op of one input and one output")):
         with pytest.raises(ValueError, match=message):
             OpSpec("norm_probe", "NormProbe", ("X", "weight"), {"eps": 1e-6}, kind="rowwise", decomposed=form, **wrong)
+    with pytest.raises(ValueError, match="the ops package has its own 'apply'"):
+        OpSpec("apply", "Apply", ("X",), kind="elementwise", decomposed=lambda op, x: op.Neg(x))
+    assert str(inspect.signature(op.function)) == "(x, weight, eps=1e-06)"  # help(ops.<name>) shows the schema's
     with pytest.raises(ValueError, match="native_when='eps <' is not a Python expression"):
         TorchOp.declared(OpSpec("norm_probe", "NormProbe", ("X", "weight"), {"eps": 1e-6}, kind="rowwise",
                                 decomposed=form, native="F.rms_norm(x, weight.shape, weight, eps)", native_when="eps <"))
