@@ -8,6 +8,7 @@
 
 #include <algorithm>
 
+#include "cuda_reduce.cuh"
 #include "cuda_storage.cuh"
 #include "rms_norm_cuda.h"
 
@@ -23,30 +24,12 @@ constexpr int kMaxWarps = kMaxThreads / 32;
 constexpr int kMaxPacksPerThread = 8;
 constexpr int64_t kMaxBlocks = 65535;
 
+using myops_cuda::block_sum;
 using myops_cuda::from_float;
 using myops_cuda::is_aligned;
 using myops_cuda::Pack;
 using myops_cuda::kPackSize;
 using myops_cuda::to_float;
-
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
-  return v;
-}
-
-// The sum over the block (blockDim.x a multiple of 32), returned to every thread. `scratch` holds
-// kMaxWarps floats; the leading barrier lets a caller reuse it in a loop.
-__device__ __forceinline__ float block_sum(float v, float* scratch) {
-  const int lane = threadIdx.x % 32;
-  const int warp = threadIdx.x / 32;
-  v = warp_sum(v);
-  __syncthreads();
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  v = lane < static_cast<int>(blockDim.x / 32) ? scratch[lane] : 0.0f;
-  return warp_sum(v);
-}
 
 __device__ __forceinline__ float inv_rms(float sum_squares, int64_t cols, float eps) {
   return rsqrtf(sum_squares / static_cast<float>(cols) + eps);

@@ -17,6 +17,7 @@
 #include <cstdint>
 
 #include "cuda_dtype.h"
+#include "cuda_reduce.cuh"
 #include "cuda_storage.cuh"
 
 namespace rowwise_cuda {
@@ -55,23 +56,7 @@ struct ToFloat {
   __device__ float operator()(S v) const { return to_float(v); }
 };
 
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
-  return v;
-}
-
-// The sum over the block, returned to every thread; the leading barrier lets scratch be reused.
-__device__ __forceinline__ float block_sum(float v, float* scratch) {
-  const int lane = threadIdx.x % 32;
-  const int warp = threadIdx.x / 32;
-  v = warp_sum(v);
-  __syncthreads();
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  v = lane < static_cast<int>(blockDim.x / 32) ? scratch[lane] : 0.0f;
-  return warp_sum(v);
-}
+using myops_cuda::block_sum;  // a block's sum of one float (kernels/cuda_reduce.cuh)
 
 // The warp's row sums merged by a butterfly: of two partners, the lower lane's sums go first, so both
 // compute the same bits and every lane ends with the warp's result.
