@@ -139,18 +139,7 @@ cudaError_t launch_many(Op op, const void* const (&in)[kIn], void* const (&out)[
   return cudaGetLastError();
 }
 
-template <typename DType, int kIn, int kOut, typename Op>
-cudaError_t dispatch_many(DType dtype, Op op, const void* const (&in)[kIn], void* const (&out)[kOut], int64_t n,
-                          cudaStream_t stream) {
-  switch (dtype) {
-    case DType::kFloat16: return launch_many<__half>(op, in, out, n, stream);
-    case DType::kBFloat16: return launch_many<__nv_bfloat16>(op, in, out, n, stream);
-    default: return launch_many<float>(op, in, out, n, stream);
-  }
-}
-
-// The same with another functor for float16 and bfloat16 storage (an op's faster 16-bit forward:
-// opspec forward_16bit).
+// op16 for float16 and bfloat16 storage (an op's faster 16-bit forward: opspec forward_16bit), op for float.
 template <typename DType, int kIn, int kOut, typename Op, typename Op16>
 cudaError_t dispatch_many(DType dtype, Op op, Op16 op16, const void* const (&in)[kIn], void* const (&out)[kOut],
                           int64_t n, cudaStream_t stream) {
@@ -159,6 +148,12 @@ cudaError_t dispatch_many(DType dtype, Op op, Op16 op16, const void* const (&in)
     case DType::kBFloat16: return launch_many<__nv_bfloat16>(op16, in, out, n, stream);
     default: return launch_many<float>(op, in, out, n, stream);
   }
+}
+
+template <typename DType, int kIn, int kOut, typename Op>
+cudaError_t dispatch_many(DType dtype, Op op, const void* const (&in)[kIn], void* const (&out)[kOut], int64_t n,
+                          cudaStream_t stream) {
+  return dispatch_many(dtype, op, op, in, out, n, stream);
 }
 
 }  // namespace myops_cuda

@@ -109,7 +109,8 @@ class TorchOp:
         models = (spec.name, *spec.models)
         seeds = {model: spec.artifact_seeds.get(model, 1000 + zlib.crc32(model.encode()) % 9000) for model in models}
         return cls(spec=spec, function=function, weights=spec.torch_input_names[spec.full_inputs:],
-                   native=_native_function(spec) if spec.native else None, native_text=spec.native, native_applies=_native_applies(spec),
+                   native=_native_function(spec) if spec.native else None, native_text=spec.native,
+                   native_applies=_native_applies(spec),
                    extra_models={name: MODEL_FORMS[form] for name, form in spec.models.items()},
                    artifact_seeds=seeds, artifact_attributes=dict(spec.artifact_attributes),
                    replaces={path: _declared_binder(spec, swap) for path, swap in spec.replaces.items()},

@@ -1,17 +1,16 @@
 """The myops ops as ONNX and the benchmark see them: one torch-free declaration per op.
 
-Each op declares itself in opspec/<name>.py (`SPEC = OpSpec(...)`); this package finds them, so
-adding an op adds a file and edits none. Both sides read the catalogue: the training side (ops/)
-for names, defaults and models, the inference side (infer/, ort_plugin/, shipped without torch) for
-the inputs a probe must feed and the workloads a benchmark runs. An op's decomposed form (`decomposed=`,
-in ONNX ops: opspec/_forms.py) gives its torch reference, both ONNX lowerings and its fuse rules
-(ops/onnx_parts.py); its tolerances, targets and
-native function are declared here too, and what ops.apply swaps for it and the models that hold it
-(ops.declaration builds both from these data). Its math is kernels/<name>.h: an elementwise op's one-element
-forward and backward, around which opspec/codegen writes the CPU loops and CUDA launchers (unless
-`own_kernels` says the header writes them). An op of a kind (`kind=`) gets the extension's and the
-plugin's adapters from its declaration (opspec/codegen); one without has its own in ops/csrc/ and
-ort_plugin/src/{cpu,cuda}/<name>_op.cc.
+Each op declares itself in opspec/<name>.py (`SPEC = OpSpec(...)`); this package finds them, so adding
+an op adds a file and edits none. Both sides read the catalogue: the training side (ops/) for names,
+defaults and models, the inference side (infer/, ort_plugin/, shipped without torch) for the inputs a
+probe must feed and the workloads a benchmark runs. An op's decomposed form (`decomposed=`, in ONNX ops:
+opspec/_forms.py) gives its torch reference, both ONNX lowerings and its fuse rules (ops/onnx_parts.py);
+its tolerances, targets and native function are declared here too, and what ops.apply swaps for it and
+the models that hold it (ops.declaration builds both from these data). Its math is kernels/<name>.h: an
+elementwise op's one-element forward and backward, around which opspec/codegen writes the CPU loops and
+CUDA launchers (unless `own_kernels` says the header writes them). An op of a kind (`kind=`) gets the
+extension's and the plugin's adapters from its declaration (opspec/codegen); a torch op needs one (its
+fakes and autograd are its kind's).
 """
 from __future__ import annotations
 
@@ -304,10 +303,6 @@ def _discover() -> dict[str, OpSpec]:
     primary = [spec.name for spec in found.values() if spec.primary]
     if len(primary) > 1:
         raise ImportError(f"ops {primary} each declare primary=True (opspec/): one op is the lab's first")
-    models = [m for spec in found.values() for m in spec.models]
-    repeated = sorted({m for m in models if models.count(m) > 1} | (set(models) & set(found)))
-    if repeated:
-        raise ImportError(f"model names {repeated} are declared by more than one op (opspec/, models=): rename one")
     workloads = [w.name for spec in found.values() for w in spec.workloads]
     repeated = sorted({w for w in workloads if workloads.count(w) > 1})
     if repeated:
